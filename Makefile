@@ -1,0 +1,38 @@
+# strata: thin wrapper over CMake. Every target first installs what is missing.
+BUILD ?= build
+JOBS ?= $(shell nproc)
+CMAKE_FLAGS ?=
+
+.PHONY: deps deps-bench configure build test test-long demo bench format clean
+
+deps:
+	@bash deploy/install-deps.sh
+
+deps-bench:
+	@bash deploy/install-deps.sh --bench
+
+configure: deps
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_FLAGS) >/dev/null
+
+build: configure
+	@cmake --build $(BUILD) -j $(JOBS)
+
+# Fast suite (everything not labelled "long").
+test: build
+	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -LE long
+
+# Long cluster and soak tests.
+test-long: build
+	@cd $(BUILD) && ctest --output-on-failure -L long
+
+demo: build
+	@./$(BUILD)/strata version
+
+bench: deps-bench build
+	@./$(BUILD)/strata bench tiers
+
+format:
+	@clang-format -i $$(git ls-files '*.cpp' '*.hpp' '*.cu' '*.cuh')
+
+clean:
+	@rm -rf $(BUILD)

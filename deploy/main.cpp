@@ -1,0 +1,23 @@
+// `strata`: one binary, one subcommand per verb (ARCHITECTURE.md, Deployment).
+#include <cstdio>
+
+#include <CLI/CLI.hpp>
+
+#include "deploy/commands.hpp"
+#include "deploy/version.hpp"
+
+int main(int argc, char** argv) {
+  CLI::App app{"strata: a hierarchical (HBM -> DRAM -> SSD) parameter server for sparse embeddings"};
+  app.require_subcommand(1);
+  int exit_code = 0;
+
+  auto* version = app.add_subcommand("version", "print version, git revision and CUDA on/off");
+  version->callback([] {
+    std::printf("strata %s (git %s, CUDA %s)\n", STRATA_VERSION, STRATA_GIT_REVISION,
+                STRATA_CUDA_ENABLED ? "on" : "off");
+  });
+  strata::cli::add_bench_command(app, exit_code);
+
+  CLI11_PARSE(app, argc, argv);
+  return exit_code;
+}

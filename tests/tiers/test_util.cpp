@@ -1,0 +1,46 @@
+#include "tests/tiers/test_util.hpp"
+
+#include <atomic>
+#include <random>
+#include <unistd.h>
+
+namespace strata::testing {
+
+temp_dir::temp_dir() {
+  static std::atomic<uint64_t> counter{0};
+  std::random_device rd;
+  path_ = std::filesystem::temp_directory_path() /
+          ("strata-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter++) + "-" +
+           std::to_string(rd()));
+  std::filesystem::create_directories(path_);
+}
+
+temp_dir::~temp_dir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+table_config make_table(uint32_t dim, optimizer_kind optimizer) {
+  table_config t;
+  t.name = "test";
+  t.layout = row_layout{dim, optimizer, true};
+  t.optimizer.kind = optimizer;
+  t.initializer.kind = initializer_kind::normal;
+  t.initializer.seed = 7;
+  return t;
+}
+
+std::vector<std::byte> make_records(const row_layout& layout, const std::vector<uint64_t>& keys,
+                                    uint32_t salt) {
+  std::vector<std::byte> out(keys.size() * layout.record_bytes());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    std::byte* rec = out.data() + i * layout.record_bytes();
+    meta_of(rec) = row_meta{salt + 1u, 0, 0};
+    float* v = weights_of(rec);
+    for (uint32_t j = 0; j < layout.value_words(); ++j)
+      v[j] = static_cast<float>((keys[i] % 1000) * 10 + j) + static_cast<float>(salt) * 0.5f;
+  }
+  return out;
+}
+
+}  // namespace strata::testing

@@ -1,0 +1,35 @@
+// Helpers shared by the tier tests: temporary directories, record builders.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "tiers/row.hpp"
+#include "tiers/table.hpp"
+
+namespace strata::testing {
+
+// A fresh directory under the system temp dir, removed on destruction.
+class temp_dir {
+ public:
+  temp_dir();
+  ~temp_dir();
+  temp_dir(const temp_dir&) = delete;
+  temp_dir& operator=(const temp_dir&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+// A table with the given dim and optimizer, a normal initializer, seed 7.
+table_config make_table(uint32_t dim, optimizer_kind optimizer = optimizer_kind::adagrad);
+
+// `count` records of `layout`, the row of key k filled with values derived
+// from (k, salt), version = salt + 1.
+std::vector<std::byte> make_records(const row_layout& layout, const std::vector<uint64_t>& keys,
+                                    uint32_t salt);
+
+}  // namespace strata::testing

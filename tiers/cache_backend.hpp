@@ -1,0 +1,98 @@
+// The HBM embedding cache interface, implemented by the CPU backend
+// (cpu_cache.hpp, always built) and the CUDA backend (gpu/, optional).
+//
+// Geometry (shared by both backends, so they keep the same resident keys):
+// `sets` sets, each of `slabs_per_set` slabs of 32 slots; key -> set is
+// cache_set_of(key, sets). Replacement is LRU by a per-batch tick: every
+// call (query, insert, update) advances the tick by one and stamps the
+// slots it touches; a full set evicts its slot with the smallest tick
+// (ties: lowest slot index). Within one batch, keys are processed set by
+// set, and inside a set in ascending key order (duplicates collapsed), so
+// the outcome is independent of thread scheduling.
+//
+// Calls are asynchronous: buffers are caller-owned memory_spans (host or
+// device, see memory()), counts are written into a caller-owned
+// cache_counts, and `done` runs once the results are complete — at once for
+// the CPU backend, from a stream callback for the CUDA one. Buffers must
+// stay valid until then. Row buffers hold records (row.hpp) packed at
+// layout().record_bytes().
+//
+// A cache instance is owned by one cache-tier actor; calls must not overlap
+// unless a backend says otherwise.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+#include "common/error.hpp"
+#include "tiers/memory_span.hpp"
+#include "tiers/optimizer.hpp"
+#include "tiers/row.hpp"
+
+namespace strata {
+
+struct cache_geometry {
+  static constexpr uint32_t slab_slots = 32;
+  uint32_t sets = 1024;
+  uint32_t slabs_per_set = 1;
+  uint32_t set_slots() const { return slab_slots * slabs_per_set; }
+  uint64_t capacity_rows() const { return uint64_t{sets} * set_slots(); }
+};
+
+struct cache_counts {
+  uint32_t hits = 0;
+  uint32_t misses = 0;
+  uint32_t evicted = 0;   // dirty rows written to the evicted buffers
+  uint32_t skipped = 0;   // insert: rows not stored (present with a higher or equal version)
+};
+
+using cache_completion = std::function<void(status)>;
+
+class cache_backend {
+ public:
+  virtual ~cache_backend() = default;
+
+  virtual memory_kind memory() const = 0;
+  virtual const row_layout& layout() const = 0;
+  virtual const cache_geometry& geometry() const = 0;
+  virtual size_t size() const = 0;  // resident rows
+
+  // For each key: on a hit, copies its record to rows[i] (stride
+  // record_bytes); on a miss, appends i to miss_indices (ascending order).
+  // counts.hits / counts.misses are set. Duplicates hit or miss together.
+  virtual void query(memory_span<const uint64_t> keys, memory_span<std::byte> rows,
+                     memory_span<uint32_t> miss_indices, cache_counts& counts,
+                     cache_completion done) = 0;
+
+  // Inserts rows. A key already present keeps the copy with the higher
+  // version (equal: the resident one; counts.skipped). A full set evicts
+  // its least recently used slot; evicted *dirty* rows are written to
+  // evicted_keys / evicted_rows (counts.evicted of them; capacity must be
+  // >= keys.size()), clean ones are dropped. `dirty` marks the inserted
+  // rows dirty (a write-back is owed to the shard).
+  virtual void insert(memory_span<const uint64_t> keys, memory_span<const std::byte> rows,
+                      bool dirty, memory_span<uint64_t> evicted_keys,
+                      memory_span<std::byte> evicted_rows, cache_counts& counts,
+                      cache_completion done) = 0;
+
+  // Applies gradients in place: duplicate keys' gradients are summed in
+  // batch order, then the optimizer runs once per key; updated rows are
+  // marked dirty and their version bumped. Keys not resident are appended
+  // to miss_indices (every position of that key), counts.misses of them.
+  virtual void update(memory_span<const uint64_t> keys, memory_span<const float> grads,
+                      const optimizer_config& optimizer, memory_span<uint32_t> miss_indices,
+                      cache_counts& counts, cache_completion done) = 0;
+
+  // Copies every dirty row to keys_out / rows_out (capacity >= size()) and
+  // marks them clean (pass end: the caller writes them back). With
+  // include_clean, copies every resident row (dump) without changing flags.
+  // counts.hits is the number of rows written.
+  virtual void dump(memory_span<uint64_t> keys_out, memory_span<std::byte> rows_out,
+                    bool include_clean, bool clear_dirty, cache_counts& counts,
+                    cache_completion done) = 0;
+
+  // Drops every row (dirty ones included: call dump first).
+  virtual void clear() = 0;
+};
+
+}  // namespace strata

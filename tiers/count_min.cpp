@@ -1,0 +1,1 @@
+#include "tiers/count_min.hpp"

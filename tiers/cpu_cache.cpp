@@ -1,0 +1,1 @@
+#include "tiers/cpu_cache.hpp"

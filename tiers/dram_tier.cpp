@@ -1,0 +1,1 @@
+#include "tiers/dram_tier.hpp"

@@ -1,0 +1,1 @@
+#include "tiers/initializer.hpp"

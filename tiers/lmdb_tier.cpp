@@ -1,0 +1,1 @@
+#include "tiers/lmdb_tier.hpp"

@@ -1,0 +1,1 @@
+#include "tiers/optimizer.hpp"

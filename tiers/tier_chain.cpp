@@ -1,0 +1,1 @@
+#include "tiers/tier_chain.hpp"

@@ -1,0 +1,1 @@
+#include "tiers/write_behind.hpp"
