@@ -36,8 +36,9 @@ inline uint64_t hash_key(uint64_t key, uint64_t seed) {
 
 // Maps a 64-bit hash onto [0, n) without the bias of `%` (Lemire's
 // multiply-shift); n must be > 0.
+__extension__ typedef unsigned __int128 uint128_for_reduce;
 inline uint64_t reduce(uint64_t hash, uint64_t n) {
-  return static_cast<uint64_t>((static_cast<unsigned __int128>(hash) * n) >> 64);
+  return static_cast<uint64_t>((static_cast<uint128_for_reduce>(hash) * n) >> 64);
 }
 
 // key -> partition in [0, partitions). Part of the storage format.

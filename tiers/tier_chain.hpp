@@ -15,7 +15,7 @@
 // initializer is admitted (gets a row in the first tier) only after that
 // many sightings, counted by a count-min sketch; until then lookups return
 // its initializer row flagged not admitted, and pushes to it are dropped
-// and counted. TTL: expire() removes rows idle for ttl_ticks from the DRAM
+// and counted. TTL (dram_tier_config::ttl_ticks): expire() removes idle rows from the DRAM
 // tier and writes tombstones down so an older LMDB copy never comes back.
 //
 // Owned by one shard actor; not thread-safe.
@@ -40,7 +40,6 @@ struct tier_chain_config {
   uint32_t admission_threshold = 0;  // 0: every key admitted at once
   uint32_t sketch_width = 1 << 20;
   uint32_t sketch_depth = 4;
-  uint32_t ttl_ticks = 0;            // 0: no TTL
 };
 
 struct tier_chain_stats {
@@ -86,6 +85,10 @@ class tier_chain {
   status drain();
 
   void set_tick(uint32_t tick);
+  // TTL: removes rows idle for ttl_ticks from DRAM (and any queued copy)
+  // and writes tombstones to the durable tier. While write-behind batches
+  // are in flight the tombstones wait, so an older copy landing later can't
+  // overwrite them; keys that get a row again meanwhile are skipped.
   status expire();
 
   dram_tier& dram() { return *dram_; }
@@ -95,6 +98,11 @@ class tier_chain {
 
  private:
   status store_spilled(row_buffer& spilled);
+  // Walks the tiers without promoting: found[i] = index of the tier that
+  // had keys[i], or -1.
+  status locate(std::span<const uint64_t> keys, rows_span out, std::vector<int>& found);
+  status write_tombstones();
+  std::vector<uint64_t> pending_tombstones_;
   table_config table_;
   tier_chain_config config_;
   std::unique_ptr<dram_tier> dram_;

@@ -1,1 +1,122 @@
 #include "tiers/write_behind.hpp"
+
+#include <algorithm>
+#include <unordered_set>
+
+namespace strata {
+
+write_behind_buffer::write_behind_buffer(row_layout layout) : layout_(layout) {}
+
+status write_behind_buffer::lookup(std::span<const uint64_t> keys, rows_span out,
+                                   std::vector<uint32_t>& misses) {
+  const size_t bytes = layout_.record_bytes();
+  for (size_t i = 0; i < keys.size(); ++i) {
+    auto it = rows_.find(keys[i]);
+    if (it == rows_.end()) {
+      misses.push_back(static_cast<uint32_t>(i));
+    } else {
+      std::memcpy(out[i], records_.data() + it->second * bytes, bytes);
+    }
+  }
+  return {};
+}
+
+status write_behind_buffer::store(std::span<const uint64_t> keys, const_rows_span rows,
+                                  bool /*dirty*/, row_buffer& /*spilled*/) {
+  const size_t bytes = layout_.record_bytes();
+  for (size_t i = 0; i < keys.size(); ++i) {
+    auto [it, inserted] = rows_.try_emplace(keys[i], 0);
+    if (inserted) {
+      if (free_slots_.empty()) {
+        it->second = records_.size() / bytes;
+        records_.resize(records_.size() + bytes);
+      } else {
+        it->second = free_slots_.back();
+        free_slots_.pop_back();
+      }
+    }
+    std::memcpy(records_.data() + it->second * bytes, rows[i], bytes);
+    open_.push_back(keys[i]);
+  }
+  return {};
+}
+
+void write_behind_buffer::remove(uint64_t key) {
+  auto it = rows_.find(key);
+  if (it == rows_.end()) return;
+  free_slots_.push_back(it->second);
+  rows_.erase(it);
+}
+
+status write_behind_buffer::erase(std::span<const uint64_t> keys) {
+  for (uint64_t key : keys) remove(key);
+  return {};
+}
+
+bool write_behind_buffer::take_batch(row_buffer& out, uint64_t& seq) {
+  out = row_buffer(layout_);
+  std::unordered_set<uint64_t> seen;
+  std::vector<flushed_row> batch;
+  const size_t bytes = layout_.record_bytes();
+  for (uint64_t key : open_) {
+    auto it = rows_.find(key);
+    if (it == rows_.end() || !seen.insert(key).second) continue;  // erased, or repeated
+    const std::byte* rec = records_.data() + it->second * bytes;
+    out.append(key, rec);
+    batch.push_back({key, meta_of(rec).version});
+  }
+  open_.clear();
+  if (batch.empty()) return false;
+  seq = next_seq_++;
+  in_flight_.emplace_back(seq, std::move(batch));
+  return true;
+}
+
+void write_behind_buffer::release(uint64_t seq) {
+  auto it = std::find_if(in_flight_.begin(), in_flight_.end(),
+                         [seq](const auto& b) { return b.first == seq; });
+  if (it == in_flight_.end()) return;  // unknown or already released: nothing to do
+  const size_t bytes = layout_.record_bytes();
+  for (const flushed_row& row : it->second) {
+    auto found = rows_.find(row.key);
+    // Release only if the copy here is still the one that was flushed; a
+    // newer copy waits for its own batch.
+    if (found != rows_.end() &&
+        meta_of(records_.data() + found->second * bytes).version == row.version &&
+        std::find(open_.begin(), open_.end(), row.key) == open_.end()) {
+      remove(row.key);
+    }
+  }
+  in_flight_.erase(it);
+}
+
+status write_behind_buffer::take_dirty(row_buffer& out) {
+  std::unordered_set<uint64_t> seen;
+  std::unordered_set<uint64_t> in_flight_keys;
+  for (const auto& [seq, batch] : in_flight_)
+    for (const auto& row : batch) in_flight_keys.insert(row.key);
+  const size_t bytes = layout_.record_bytes();
+  for (uint64_t key : open_) {
+    auto it = rows_.find(key);
+    if (it == rows_.end() || !seen.insert(key).second) continue;
+    out.append(key, records_.data() + it->second * bytes);
+    // A copy in flight stays readable until its batch is released.
+    if (!in_flight_keys.contains(key)) remove(key);
+  }
+  open_.clear();
+  return {};
+}
+
+status write_behind_buffer::dump(const row_visitor& visit) {
+  const size_t bytes = layout_.record_bytes();
+  for (const auto& [key, slot] : rows_) visit(key, records_.data() + slot * bytes);
+  return {};
+}
+
+size_t write_behind_buffer::memory_bytes() const {
+  // Records plus an estimate of the hash map's nodes and buckets.
+  return records_.capacity() + rows_.size() * (sizeof(uint64_t) + sizeof(size_t) + 16) +
+         rows_.bucket_count() * sizeof(void*) + open_.capacity() * sizeof(uint64_t);
+}
+
+}  // namespace strata

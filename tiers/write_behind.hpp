@@ -35,9 +35,9 @@ class write_behind_buffer final : public row_store {
                row_buffer& spilled) override;
   // Drops keys from the buffer and from batches not yet handed over.
   status erase(std::span<const uint64_t> keys) override;
-  // Moves the open batch's rows into `out` without a sequence number
-  // (graceful stop: the caller writes them down synchronously). Rows stay
-  // readable until release_all().
+  // Moves the open batch's rows into `out` and drops them from the buffer:
+  // the caller writes them down synchronously (graceful stop). Rows of
+  // batches in flight stay until released.
   status take_dirty(row_buffer& out) override;
   status dump(const row_visitor& visit) override;
   size_t size() const override { return rows_.size(); }
@@ -53,9 +53,6 @@ class write_behind_buffer final : public row_store {
   size_t memory_bytes() const;
 
  private:
-  struct entry {
-    size_t slot;  // index into records_
-  };
   struct flushed_row {
     uint64_t key;
     uint64_t version;
