@@ -25,8 +25,10 @@ test: build
 test-long: build
 	@cd $(BUILD) && ctest --output-on-failure -L long
 
+# Until the actor runtime lands, the main job is a small tier benchmark.
 demo: build
 	@./$(BUILD)/strata version
+	@./$(BUILD)/strata bench tiers --small
 
 bench: deps-bench build
 	@./$(BUILD)/strata bench tiers
