@@ -10,6 +10,28 @@
 // set, and inside a set in ascending key order (duplicates collapsed), so
 // the outcome is independent of thread scheduling.
 //
+// Precisely, for a key that is not resident, insert takes the lowest empty
+// slot of its set, else evicts the slot with the smallest tick (ties: the
+// lowest slot index). Slots touched earlier in the same batch carry the
+// current tick, so they are evicted only after every older slot of the set.
+// A batch with more distinct new keys for one set than the set has slots
+// therefore lets its later keys (ascending order) evict its earlier ones,
+// and since those all tie on the current tick, every further key replaces
+// the set's lowest slot again: the set ends with the batch's other keys
+// plus its *last* new key in slot 0, and each key that passed through slot
+// 0 is evicted (returned if dirty, even though this batch inserted it).
+// Every query/insert/update call, a rejected one excepted, advances the
+// tick — an empty batch too; dump and clear do not. A hit, a skipped
+// insert and an update all stamp the slot. The cache stores records byte
+// for byte: it never writes row_meta.freq or row_meta.tick (its LRU tick
+// lives in slot metadata), so a hit returns exactly the inserted or
+// updated bytes.
+//
+// Errors come through `done`: errc::invalid_argument for buffers of the
+// wrong memory kind, buffers below the capacities stated per call, or an
+// optimizer that does not match the layout. A rejected call changes nothing.
+// Counts are per batch position unless stated otherwise.
+//
 // Calls are asynchronous: buffers are caller-owned memory_spans (host or
 // device, see memory()), counts are written into a caller-owned
 // cache_counts, and `done` runs once the results are complete — at once for
@@ -42,8 +64,8 @@ struct cache_geometry {
 struct cache_counts {
   uint32_t hits = 0;
   uint32_t misses = 0;
-  uint32_t evicted = 0;   // dirty rows written to the evicted buffers
-  uint32_t skipped = 0;   // insert: rows not stored (present with a higher or equal version)
+  uint32_t evicted = 0;  // dirty rows written to the evicted buffers
+  uint32_t skipped = 0;  // insert: rows not stored (present with a higher or equal version)
 };
 
 using cache_completion = std::function<void(status)>;
@@ -59,7 +81,9 @@ class cache_backend {
 
   // For each key: on a hit, copies its record to rows[i] (stride
   // record_bytes); on a miss, appends i to miss_indices (ascending order).
-  // counts.hits / counts.misses are set. Duplicates hit or miss together.
+  // counts.hits / counts.misses are set (positions). Duplicates hit or miss
+  // together. Capacities: rows >= keys.size() records, miss_indices >=
+  // keys.size() (a device backend cannot size it in advance).
   virtual void query(memory_span<const uint64_t> keys, memory_span<std::byte> rows,
                      memory_span<uint32_t> miss_indices, cache_counts& counts,
                      cache_completion done) = 0;
@@ -69,7 +93,11 @@ class cache_backend {
   // its least recently used slot; evicted *dirty* rows are written to
   // evicted_keys / evicted_rows (counts.evicted of them; capacity must be
   // >= keys.size()), clean ones are dropped. `dirty` marks the inserted
-  // rows dirty (a write-back is owed to the shard).
+  // rows dirty (a write-back is owed to the shard); a stored row takes the
+  // `dirty` flag, a skipped one keeps its own. Duplicates in the batch
+  // collapse to the copy with the highest version (ties: first position),
+  // the other copies count as skipped, so stored + skipped = keys.size().
+  // Evicted rows appear in processing order (set, then key).
   virtual void insert(memory_span<const uint64_t> keys, memory_span<const std::byte> rows,
                       bool dirty, memory_span<uint64_t> evicted_keys,
                       memory_span<std::byte> evicted_rows, cache_counts& counts,
@@ -78,15 +106,21 @@ class cache_backend {
   // Applies gradients in place: duplicate keys' gradients are summed in
   // batch order, then the optimizer runs once per key; updated rows are
   // marked dirty and their version bumped. Keys not resident are appended
-  // to miss_indices (every position of that key), counts.misses of them.
+  // to miss_indices (every position of that key, ascending), counts.misses
+  // of them; counts.hits counts the other positions. miss_indices capacity
+  // >= keys.size(); grads hold keys.size() x dim floats; optimizer.kind must
+  // be the layout's. Sums start from the first copy's gradient and add the
+  // later copies left to right; the version goes up by exactly one per key
+  // per call, however often the key repeats.
   virtual void update(memory_span<const uint64_t> keys, memory_span<const float> grads,
                       const optimizer_config& optimizer, memory_span<uint32_t> miss_indices,
                       cache_counts& counts, cache_completion done) = 0;
 
-  // Copies every dirty row to keys_out / rows_out (capacity >= size()) and
-  // marks them clean (pass end: the caller writes them back). With
-  // include_clean, copies every resident row (dump) without changing flags.
-  // counts.hits is the number of rows written.
+  // Copies the dirty rows (include_clean: every resident row) to keys_out /
+  // rows_out (capacity >= size(), checked up front) in set, then slot
+  // order. With clear_dirty the copied rows are marked clean (pass end: the
+  // caller writes them back); without it flags are unchanged (a snapshot).
+  // counts.hits is the number of rows written. Does not touch LRU ticks.
   virtual void dump(memory_span<uint64_t> keys_out, memory_span<std::byte> rows_out,
                     bool include_clean, bool clear_dirty, cache_counts& counts,
                     cache_completion done) = 0;
