@@ -1,0 +1,783 @@
+// The cache_backend conformance suite (cache_backend.hpp): one body of
+// typed tests that every backend passes, so the CPU backend and the CUDA
+// backend keep the same resident keys, rows and counts.
+//
+// A backend joins by defining a factory and instantiating the suite in its
+// own test executable — one line:
+//
+//   INSTANTIATE_TYPED_TEST_SUITE_P(cpu, cache_conformance, cpu_cache_factory);
+//
+// A factory is a type with
+//   static std::string unavailable();  // "" if usable, else the skip reason
+//   static std::unique_ptr<cache_backend> make(row_layout, cache_geometry);
+//   class memory {                     // memory the backend accepts
+//    public:
+//     std::byte* allocate(size_t bytes);  // freed when `memory` dies
+//     void upload(std::byte* dst, const void* src, size_t bytes);
+//     void download(void* dst, const std::byte* src, size_t bytes);
+//   };
+// The suite talks to the backend through cache_harness, which stages host
+// vectors into backend memory, waits for `done` (which may run on another
+// thread) and copies results back. Tests only see host vectors.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/hash.hpp"
+#include "tests/tiers/test_util.hpp"
+#include "tiers/cache_backend.hpp"
+#include "tiers/optimizer.hpp"
+#include "tiers/row.hpp"
+
+namespace strata::testing {
+
+// Host memory for backends that take host spans (cpu_cache).
+class host_memory {
+ public:
+  std::byte* allocate(size_t bytes) {
+    blocks_.push_back(std::make_unique<std::max_align_t[]>(
+        (std::max<size_t>(bytes, 1) + sizeof(std::max_align_t) - 1) / sizeof(std::max_align_t)));
+    return reinterpret_cast<std::byte*>(blocks_.back().get());
+  }
+  void upload(std::byte* dst, const void* src, size_t bytes) {
+    if (bytes) std::memcpy(dst, src, bytes);
+  }
+  void download(void* dst, const std::byte* src, size_t bytes) {
+    if (bytes) std::memcpy(dst, src, bytes);
+  }
+
+ private:
+  std::vector<std::unique_ptr<std::max_align_t[]>> blocks_;
+};
+
+// Results of one call, copied back to the host.
+struct query_result {
+  status st;
+  cache_counts counts;
+  std::vector<std::byte> rows;   // keys.size() records; misses untouched
+  std::vector<uint32_t> misses;  // counts.misses entries
+};
+struct insert_result {
+  status st;
+  cache_counts counts;
+  std::vector<uint64_t> evicted_keys;  // counts.evicted entries
+  std::vector<std::byte> evicted_rows;
+};
+struct update_result {
+  status st;
+  cache_counts counts;
+  std::vector<uint32_t> misses;
+};
+struct dump_result {
+  status st;
+  cache_counts counts;
+  std::vector<uint64_t> keys;  // counts.hits entries
+  std::vector<std::byte> rows;
+};
+
+template <class Factory>
+class cache_harness {
+ public:
+  cache_harness(row_layout layout, cache_geometry geometry)
+      : cache_(Factory::make(layout, geometry)), rb_(layout.record_bytes()) {}
+
+  cache_backend& cache() { return *cache_; }
+  size_t record_bytes() const { return rb_; }
+  memory_kind kind() const { return cache_->memory(); }
+  // The memory kind this backend must refuse.
+  memory_kind other_kind() const {
+    return kind() == memory_kind::host ? memory_kind::device : memory_kind::host;
+  }
+
+  query_result query(const std::vector<uint64_t>& keys) {
+    typename Factory::memory mem;
+    const size_t n = keys.size();
+    auto k = stage(mem, keys);
+    auto rows = space<std::byte>(mem, n * rb_);
+    auto miss = space<uint32_t>(mem, n);
+    query_result r;
+    r.st = wait([&](cache_completion done) {
+      cache_->query(as_const(k), rows, miss, r.counts, std::move(done));
+    });
+    r.rows = fetch(mem, rows, n * rb_);
+    r.misses = fetch(mem, miss, r.st ? r.counts.misses : 0);
+    return r;
+  }
+
+  insert_result insert(const std::vector<uint64_t>& keys, const std::vector<std::byte>& rows,
+                       bool dirty) {
+    typename Factory::memory mem;
+    const size_t n = keys.size();
+    auto k = stage(mem, keys);
+    auto r_in = stage(mem, rows);
+    auto ek = space<uint64_t>(mem, n);
+    auto er = space<std::byte>(mem, n * rb_);
+    insert_result r;
+    r.st = wait([&](cache_completion done) {
+      cache_->insert(as_const(k), as_const(r_in), dirty, ek, er, r.counts, std::move(done));
+    });
+    const size_t e = r.st ? r.counts.evicted : 0;
+    r.evicted_keys = fetch(mem, ek, e);
+    r.evicted_rows = fetch(mem, er, e * rb_);
+    return r;
+  }
+
+  update_result update(const std::vector<uint64_t>& keys, const std::vector<float>& grads,
+                       const optimizer_config& opt) {
+    typename Factory::memory mem;
+    auto k = stage(mem, keys);
+    auto g = stage(mem, grads);
+    auto miss = space<uint32_t>(mem, keys.size());
+    update_result r;
+    r.st = wait([&](cache_completion done) {
+      cache_->update(as_const(k), as_const(g), opt, miss, r.counts, std::move(done));
+    });
+    r.misses = fetch(mem, miss, r.st ? r.counts.misses : 0);
+    return r;
+  }
+
+  dump_result dump(bool include_clean, bool clear_dirty) {
+    typename Factory::memory mem;
+    const size_t cap = cache_->size();
+    auto k = space<uint64_t>(mem, cap);
+    auto rows = space<std::byte>(mem, cap * rb_);
+    dump_result r;
+    r.st = wait([&](cache_completion done) {
+      cache_->dump(k, rows, include_clean, clear_dirty, r.counts, std::move(done));
+    });
+    const size_t h = r.st ? r.counts.hits : 0;
+    r.keys = fetch(mem, k, h);
+    r.rows = fetch(mem, rows, h * rb_);
+    return r;
+  }
+
+  // Resident keys, sorted (a dump: changes neither flags nor LRU ticks).
+  std::vector<uint64_t> resident() {
+    auto d = dump(true, false);
+    EXPECT_TRUE(d.st) << d.st.err().to_string();
+    std::sort(d.keys.begin(), d.keys.end());
+    return d.keys;
+  }
+
+  // Runs one call and waits for its completion, which may come from another
+  // thread (a CUDA stream callback).
+  template <class Call>
+  status wait(Call&& call) {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::optional<status> result;
+    call([&](status st) {
+      std::lock_guard lock(mu);
+      result = std::move(st);
+      cv.notify_one();
+    });
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return result.has_value(); });
+    return std::move(*result);
+  }
+
+  template <class T>
+  memory_span<T> space(typename Factory::memory& mem, size_t count) {
+    return {reinterpret_cast<T*>(mem.allocate(count * sizeof(T))), count, kind()};
+  }
+
+ private:
+  template <class T>
+  memory_span<T> stage(typename Factory::memory& mem, const std::vector<T>& v) {
+    auto s = space<T>(mem, v.size());
+    mem.upload(reinterpret_cast<std::byte*>(s.data()), v.data(), v.size() * sizeof(T));
+    return s;
+  }
+  template <class T>
+  std::vector<T> fetch(typename Factory::memory& mem, memory_span<T> s, size_t count) {
+    std::vector<T> out(count);
+    mem.download(out.data(), reinterpret_cast<const std::byte*>(s.data()), count * sizeof(T));
+    return out;
+  }
+  template <class T>
+  static memory_span<const T> as_const(memory_span<T> s) {
+    return {s.data(), s.size(), s.kind()};
+  }
+
+  std::unique_ptr<cache_backend> cache_;
+  size_t rb_;
+};
+
+// --- helpers -------------------------------------------------------------------
+
+template <class T>
+memory_span<T> with_kind(memory_span<T> s, memory_kind kind) {
+  return {s.data(), s.size(), kind};
+}
+template <class T>
+memory_span<const T> to_const(memory_span<T> s) {
+  return {s.data(), s.size(), s.kind()};
+}
+
+// The first `count` keys >= `from` that map to `set` of `sets`.
+inline std::vector<uint64_t> keys_in_set(uint32_t set, uint32_t sets, size_t count,
+                                         uint64_t from = 1) {
+  std::vector<uint64_t> out;
+  for (uint64_t k = from; out.size() < count; ++k)
+    if (cache_set_of(k, sets) == set) out.push_back(k);
+  return out;
+}
+
+// A record of `layout` for each key with every value word 0, version `version`.
+inline std::vector<std::byte> zero_records(const row_layout& layout, size_t count,
+                                           uint64_t version) {
+  std::vector<std::byte> out(count * layout.record_bytes(), std::byte{0});
+  for (size_t i = 0; i < count; ++i)
+    meta_of(out.data() + i * layout.record_bytes()).version = version;
+  return out;
+}
+
+inline std::vector<uint64_t> sorted(std::vector<uint64_t> v) {
+  std::sort(v.begin(), v.end());
+  return v;
+}
+
+template <class Factory>
+class cache_conformance : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string why = Factory::unavailable();
+    if (!why.empty()) GTEST_SKIP() << why;
+  }
+
+  static cache_harness<Factory> make(row_layout layout, cache_geometry geometry) {
+    return cache_harness<Factory>(layout, geometry);
+  }
+  // One set of one 32-slot slab: every key competes for the same 32 slots.
+  static cache_geometry one_set() { return cache_geometry{1, 1}; }
+
+  const row_layout adagrad4_{4, optimizer_kind::adagrad, true};
+  const row_layout sgd4_{4, optimizer_kind::sgd, true};
+};
+
+TYPED_TEST_SUITE_P(cache_conformance);
+
+// --- query / insert -----------------------------------------------------------------
+
+TYPED_TEST_P(cache_conformance, MissThenInsertThenHitIsBitExact) {
+  auto h = this->make(this->adagrad4_, cache_geometry{8, 1});
+  const std::vector<uint64_t> keys{5, 900, 77, 123456789012345ULL, 0, ~uint64_t{0}};
+  auto q = h.query(keys);
+  ASSERT_TRUE(q.st) << q.st.err().to_string();
+  EXPECT_EQ(q.counts.hits, 0u);
+  EXPECT_EQ(q.counts.misses, keys.size());
+  EXPECT_EQ(q.misses, (std::vector<uint32_t>{0, 1, 2, 3, 4, 5}));
+
+  auto rows = make_records(this->adagrad4_, keys, 3);
+  // Access metadata too: the cache stores records byte for byte.
+  for (size_t i = 0; i < keys.size(); ++i)
+    meta_of(rows.data() + i * h.record_bytes()) = row_meta{4, uint32_t(i + 10), uint32_t(i + 20)};
+  auto ins = h.insert(keys, rows, false);
+  ASSERT_TRUE(ins.st) << ins.st.err().to_string();
+  EXPECT_EQ(ins.counts.skipped, 0u);
+  EXPECT_EQ(ins.counts.evicted, 0u);
+  EXPECT_EQ(h.cache().size(), keys.size());
+
+  q = h.query(keys);
+  ASSERT_TRUE(q.st);
+  EXPECT_EQ(q.counts.hits, keys.size());
+  EXPECT_EQ(q.counts.misses, 0u);
+  EXPECT_TRUE(q.misses.empty());
+  EXPECT_EQ(std::memcmp(q.rows.data(), rows.data(), rows.size()), 0);
+}
+
+TYPED_TEST_P(cache_conformance, QueryMixesHitsMissesAndDuplicates) {
+  auto h = this->make(this->adagrad4_, cache_geometry{4, 1});
+  const std::vector<uint64_t> present{10, 20, 30};
+  auto rows = make_records(this->adagrad4_, present, 1);
+  ASSERT_TRUE(h.insert(present, rows, false).st);
+
+  const std::vector<uint64_t> batch{20, 99, 10, 20, 99, 30, 20, 7};
+  auto q = h.query(batch);
+  ASSERT_TRUE(q.st);
+  EXPECT_EQ(q.counts.hits, 5u);
+  EXPECT_EQ(q.counts.misses, 3u);
+  EXPECT_EQ(q.misses, (std::vector<uint32_t>{1, 4, 7}));
+  const size_t rb = h.record_bytes();
+  auto expect_row = [&](size_t pos, size_t src) {
+    EXPECT_EQ(std::memcmp(q.rows.data() + pos * rb, rows.data() + src * rb, rb), 0)
+        << "position " << pos;
+  };
+  expect_row(0, 1);
+  expect_row(2, 0);
+  expect_row(3, 1);
+  expect_row(5, 2);
+  expect_row(6, 1);
+}
+
+TYPED_TEST_P(cache_conformance, EmptyBatchesAreFine) {
+  auto h = this->make(this->adagrad4_, cache_geometry{2, 1});
+  auto q = h.query({});
+  EXPECT_TRUE(q.st);
+  EXPECT_EQ(q.counts.hits + q.counts.misses, 0u);
+  EXPECT_TRUE(h.insert({}, {}, true).st);
+  optimizer_config opt;
+  EXPECT_TRUE(h.update({}, {}, opt).st);
+  auto d = h.dump(true, true);
+  EXPECT_TRUE(d.st);
+  EXPECT_EQ(d.counts.hits, 0u);
+}
+
+TYPED_TEST_P(cache_conformance, InsertKeepsHigherVersionBothWays) {
+  auto h = this->make(this->adagrad4_, cache_geometry{4, 1});
+  const row_layout& L = this->adagrad4_;
+  const std::vector<uint64_t> k{42};
+  auto v5 = make_records(L, k, 4);   // version 5
+  auto v3 = make_records(L, k, 2);   // version 3
+  auto v7 = make_records(L, k, 6);   // version 7
+  auto v7b = make_records(L, k, 6);  // version 7, other payload
+  weights_of(v7b.data())[0] = -1.5f;
+
+  ASSERT_TRUE(h.insert(k, v5, false).st);
+  auto older = h.insert(k, v3, true);  // lower version: skipped
+  ASSERT_TRUE(older.st);
+  EXPECT_EQ(older.counts.skipped, 1u);
+  auto q = h.query(k);
+  EXPECT_EQ(std::memcmp(q.rows.data(), v5.data(), v5.size()), 0);
+  EXPECT_EQ(h.dump(false, false).counts.hits, 0u) << "a skipped insert must not mark dirty";
+
+  auto newer = h.insert(k, v7, false);  // higher version: replaces
+  ASSERT_TRUE(newer.st);
+  EXPECT_EQ(newer.counts.skipped, 0u);
+  q = h.query(k);
+  EXPECT_EQ(std::memcmp(q.rows.data(), v7.data(), v7.size()), 0);
+
+  auto equal = h.insert(k, v7b, false);  // equal version: resident kept
+  EXPECT_EQ(equal.counts.skipped, 1u);
+  q = h.query(k);
+  EXPECT_EQ(std::memcmp(q.rows.data(), v7.data(), v7.size()), 0);
+  EXPECT_EQ(h.cache().size(), 1u);
+}
+
+TYPED_TEST_P(cache_conformance, InsertDuplicatesCollapseToHighestVersion) {
+  auto h = this->make(this->adagrad4_, cache_geometry{4, 1});
+  const row_layout& L = this->adagrad4_;
+  const size_t rb = h.record_bytes();
+  const std::vector<uint64_t> keys{8, 8, 9, 8};
+  std::vector<std::byte> rows(keys.size() * rb);
+  auto put = [&](size_t pos, uint32_t salt, float w0) {
+    auto r = make_records(L, {keys[pos]}, salt);
+    weights_of(r.data())[0] = w0;
+    std::memcpy(rows.data() + pos * rb, r.data(), rb);
+  };
+  put(0, 2, 1.0f);  // v3
+  put(1, 6, 2.0f);  // v7, first of the highest: stored
+  put(2, 0, 3.0f);
+  put(3, 6, 4.0f);  // v7 again: skipped
+  auto ins = h.insert(keys, rows, false);
+  ASSERT_TRUE(ins.st);
+  EXPECT_EQ(ins.counts.skipped, 2u);
+  EXPECT_EQ(h.cache().size(), 2u);
+  auto q = h.query({8});
+  EXPECT_EQ(std::memcmp(q.rows.data(), rows.data() + 1 * rb, rb), 0);
+}
+
+// --- eviction -------------------------------------------------------------------
+
+TYPED_TEST_P(cache_conformance, ScriptedLruEvictionInOneSet) {
+  auto h = this->make(this->adagrad4_, this->one_set());
+  const row_layout& L = this->adagrad4_;
+  auto range = [](uint64_t a, uint64_t b) {
+    std::vector<uint64_t> v;
+    for (uint64_t k = a; k < b; ++k) v.push_back(k);
+    return v;
+  };
+  auto cat = [](std::vector<uint64_t> a, const std::vector<uint64_t>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return sorted(a);
+  };
+
+  // t1: fill the 32 slots (key k -> slot k).
+  ASSERT_TRUE(h.insert(range(0, 32), make_records(L, range(0, 32), 0), false).st);
+  EXPECT_EQ(h.resident(), range(0, 32));
+  // t2: touch 0..9.
+  ASSERT_EQ(h.query(range(0, 10)).counts.hits, 10u);
+  // t3: ten new keys evict the ten least recently used: 10..19 (tick 1,
+  // lowest slots first). Clean rows are dropped, not returned.
+  auto ins = h.insert(range(100, 110), make_records(L, range(100, 110), 0), false);
+  ASSERT_TRUE(ins.st);
+  EXPECT_EQ(ins.counts.evicted, 0u);
+  EXPECT_EQ(h.resident(), cat(range(0, 10), cat(range(20, 32), range(100, 110))));
+  EXPECT_EQ(h.cache().size(), 32u);
+
+  // t4: an update touches 20 and makes it dirty; t5: query touches 100.
+  optimizer_config opt;
+  ASSERT_EQ(h.update({20}, std::vector<float>(4, 1.0f), opt).counts.hits, 1u);
+  ASSERT_EQ(h.query({100}).counts.hits, 1u);
+  // t6: 13 new keys: the 11 tick-1 slots (21..31) go first, then the two
+  // lowest-slot tick-2 rows (0, 1). 20 is younger and stays.
+  ins = h.insert(range(200, 213), make_records(L, range(200, 213), 0), false);
+  ASSERT_TRUE(ins.st);
+  EXPECT_EQ(ins.counts.evicted, 0u);
+  EXPECT_EQ(h.resident(), cat(range(2, 10), cat({20}, cat(range(100, 110), range(200, 213)))));
+}
+
+TYPED_TEST_P(cache_conformance, OverflowWithinOneBatchEvictsEarlierKeysOfThatBatch) {
+  auto h = this->make(this->adagrad4_, this->one_set());
+  const row_layout& L = this->adagrad4_;
+  std::vector<uint64_t> old_keys, batch;
+  for (uint64_t k = 1000; k < 1032; ++k) old_keys.push_back(k);
+  ASSERT_TRUE(h.insert(old_keys, make_records(L, old_keys, 0), true).st);  // dirty
+  // 40 new keys for one 32-slot set, given in descending order (the cache
+  // processes them ascending): 200..231 replace every old row (200 in slot
+  // 0); then 232..239 all tie on the current tick, so each replaces the
+  // lowest slot, 0: 232 evicts 200, 233 evicts 232, ..., 239 evicts 238.
+  for (uint64_t k = 239; k >= 200; --k) batch.push_back(k);
+  auto ins = h.insert(batch, make_records(L, batch, 5), true);
+  ASSERT_TRUE(ins.st);
+  // Dirty rows evicted: all 32 old ones and 200, 232..238 of this batch,
+  // each once, with their record bytes.
+  EXPECT_EQ(ins.counts.evicted, 40u);
+  std::vector<uint64_t> expect_evicted = old_keys;
+  expect_evicted.push_back(200);
+  for (uint64_t k = 232; k < 239; ++k) expect_evicted.push_back(k);
+  EXPECT_EQ(sorted(ins.evicted_keys), sorted(expect_evicted));
+  const size_t rb = h.record_bytes();
+  for (size_t i = 0; i < ins.evicted_keys.size(); ++i) {
+    const uint64_t k = ins.evicted_keys[i];
+    auto expect = make_records(L, {k}, k >= 1000 ? 0 : 5);
+    EXPECT_EQ(std::memcmp(ins.evicted_rows.data() + i * rb, expect.data(), rb), 0) << k;
+  }
+  std::vector<uint64_t> expect_resident;
+  for (uint64_t k = 201; k < 232; ++k) expect_resident.push_back(k);
+  expect_resident.push_back(239);
+  EXPECT_EQ(h.resident(), expect_resident);
+}
+
+TYPED_TEST_P(cache_conformance, OnlyDirtyEvictionsAreReturnedEachOnce) {
+  auto h = this->make(this->adagrad4_, cache_geometry{2, 1});
+  const row_layout& L = this->adagrad4_;
+  auto s0 = keys_in_set(0, 2, 64);
+  auto s1 = keys_in_set(1, 2, 8);
+  std::vector<uint64_t> clean(s0.begin(), s0.begin() + 16), dirty(s0.begin() + 16, s0.begin() + 32);
+  ASSERT_TRUE(h.insert(clean, make_records(L, clean, 0), false).st);
+  ASSERT_TRUE(h.insert(dirty, make_records(L, dirty, 0), true).st);
+  // The other set has room: filling it evicts nothing from set 0.
+  auto other = h.insert(s1, make_records(L, s1, 0), true);
+  EXPECT_EQ(other.counts.evicted, 0u);
+  EXPECT_EQ(h.cache().size(), 40u);
+
+  // 32 new keys for set 0 replace all of it; only the 16 dirty rows come back.
+  std::vector<uint64_t> fresh(s0.begin() + 32, s0.end());
+  auto ins = h.insert(fresh, make_records(L, fresh, 1), false);
+  ASSERT_TRUE(ins.st);
+  EXPECT_EQ(ins.counts.evicted, 16u);
+  EXPECT_EQ(sorted(ins.evicted_keys), sorted(dirty));
+  EXPECT_EQ(std::set<uint64_t>(ins.evicted_keys.begin(), ins.evicted_keys.end()).size(), 16u);
+  // Evicting the (clean) fresh rows returns nothing, and the dirty rows
+  // already returned never come back.
+  std::vector<uint64_t> more(s0.begin(), s0.begin() + 32);
+  ins = h.insert(more, make_records(L, more, 2), false);
+  EXPECT_EQ(ins.counts.evicted, 0u);
+  EXPECT_EQ(h.cache().size(), 40u);
+  // Set 1 is untouched.
+  EXPECT_EQ(h.query(s1).counts.hits, s1.size());
+}
+
+TYPED_TEST_P(cache_conformance, SetsAreIndependentAndUseTheSharedHash) {
+  const cache_geometry geo{4, 1};
+  auto h = this->make(this->adagrad4_, geo);
+  const row_layout& L = this->adagrad4_;
+  // 40 keys for set 2 overflow it by 8; sets 0, 1 and 3 keep their keys.
+  auto s2 = keys_in_set(2, 4, 40);
+  std::vector<uint64_t> others;
+  for (uint32_t s : {0u, 1u, 3u}) {
+    auto ks = keys_in_set(s, 4, 32);
+    others.insert(others.end(), ks.begin(), ks.end());
+  }
+  ASSERT_TRUE(h.insert(others, make_records(L, others, 0), false).st);
+  ASSERT_TRUE(h.insert(s2, make_records(L, s2, 0), false).st);
+  EXPECT_EQ(h.cache().size(), 4u * 32u);
+  EXPECT_EQ(h.query(others).counts.hits, others.size());
+  // s2 ascending: the first 32 fill set 2, the last 8 each replace slot 0.
+  std::vector<uint64_t> survivors(s2.begin() + 1, s2.begin() + 32);
+  survivors.push_back(s2.back());
+  EXPECT_EQ(h.resident(), sorted([&] {
+              auto all = others;
+              all.insert(all.end(), survivors.begin(), survivors.end());
+              return all;
+            }()));
+}
+
+// --- update -----------------------------------------------------------------------
+
+TYPED_TEST_P(cache_conformance, UpdateSumsDuplicatesExactlyAndBumpsVersionOnce) {
+  // The exact-sum test: zeros, SGD with learning rate 1, integer gradients.
+  auto h = this->make(this->sgd4_, cache_geometry{4, 1});
+  const row_layout& L = this->sgd4_;
+  const std::vector<uint64_t> keys{1, 2, 3};
+  ASSERT_TRUE(h.insert(keys, zero_records(L, 3, make_version(2, 10)), false).st);
+  optimizer_config opt;
+  opt.kind = optimizer_kind::sgd;
+  opt.learning_rate = 1.0f;
+
+  const std::vector<uint64_t> batch{1, 2, 1, 1, 2};
+  std::vector<float> grads;
+  for (size_t i = 0; i < batch.size(); ++i)
+    for (uint32_t j = 0; j < 4; ++j) grads.push_back(float((i + 1) * 10 + j));
+  auto u = h.update(batch, grads, opt);
+  ASSERT_TRUE(u.st) << u.st.err().to_string();
+  EXPECT_EQ(u.counts.hits, 5u);
+  EXPECT_EQ(u.counts.misses, 0u);
+
+  auto q = h.query(keys);
+  const size_t rb = h.record_bytes();
+  for (uint32_t j = 0; j < 4; ++j) {
+    EXPECT_EQ(weights_of(q.rows.data())[j], -float(10 + 30 + 40 + 3 * j));
+    EXPECT_EQ(weights_of(q.rows.data() + rb)[j], -float(20 + 50 + 2 * j));
+    EXPECT_EQ(weights_of(q.rows.data() + 2 * rb)[j], 0.0f);
+  }
+  EXPECT_EQ(meta_of(q.rows.data()).version, make_version(2, 11));
+  EXPECT_EQ(meta_of(q.rows.data() + rb).version, make_version(2, 11));
+  EXPECT_EQ(meta_of(q.rows.data() + 2 * rb).version, make_version(2, 10));
+
+  ASSERT_TRUE(h.update({3, 1}, std::vector<float>(8, 1.0f), opt).st);
+  q = h.query(keys);
+  EXPECT_EQ(meta_of(q.rows.data()).version, make_version(2, 12));
+  EXPECT_EQ(meta_of(q.rows.data() + 2 * rb).version, make_version(2, 11));
+}
+
+TYPED_TEST_P(cache_conformance, UpdateSumsInBatchOrder) {
+  // Float addition does not associate: 1e8 + 1 == 1e8. Summing by position
+  // gives key 5: (1e8 + -1e8) + 1 = 1 and key 6: (1e8 + 1) + -1e8 = 0.
+  auto h = this->make(this->sgd4_, cache_geometry{2, 1});
+  const row_layout& L = this->sgd4_;
+  ASSERT_TRUE(h.insert({5, 6}, zero_records(L, 2, 1), false).st);
+  optimizer_config opt;
+  opt.kind = optimizer_kind::sgd;
+  opt.learning_rate = 1.0f;
+  const std::vector<uint64_t> batch{6, 5, 5, 6, 6, 5};
+  const std::vector<float> per_pos{1e8f, 1e8f, -1e8f, 1.0f, -1e8f, 1.0f};
+  std::vector<float> grads;
+  for (float g : per_pos) grads.insert(grads.end(), 4, g);
+  ASSERT_TRUE(h.update(batch, grads, opt).st);
+  auto q = h.query({5, 6});
+  EXPECT_EQ(weights_of(q.rows.data())[0], -1.0f);
+  EXPECT_EQ(weights_of(q.rows.data() + h.record_bytes())[0], 0.0f);
+}
+
+TYPED_TEST_P(cache_conformance, UpdateRunsAdagradOncePerKey) {
+  const row_layout& L = this->adagrad4_;
+  auto h = this->make(L, cache_geometry{2, 1});
+  optimizer_config opt;  // Adagrad defaults
+  opt.kind = optimizer_kind::adagrad;
+  opt.learning_rate = 0.1f;
+  // Weights and (positive) accumulators from make_records, version 3.
+  const std::vector<std::byte> row = make_records(L, {77}, 2);
+  ASSERT_TRUE(h.insert({77}, row, false).st);
+
+  const std::vector<float> g1{0.5f, -1.0f, 2.0f, 0.25f}, g2{1.5f, 3.0f, -0.5f, 0.75f};
+  std::vector<float> grads = g1;
+  grads.insert(grads.end(), g2.begin(), g2.end());
+  ASSERT_TRUE(h.update({77, 77}, grads, opt).st);
+  auto q = h.query({77});
+
+  // Reference: one step with the summed gradient.
+  std::vector<std::byte> once = row, twice = row;
+  std::vector<float> sum(4);
+  for (size_t j = 0; j < 4; ++j) sum[j] = g1[j] + g2[j];
+  apply_optimizer(opt, L, once.data(), sum.data());
+  apply_optimizer(opt, L, twice.data(), g1.data());
+  apply_optimizer(opt, L, twice.data(), g2.data());
+  EXPECT_TRUE(same_row(L, q.rows.data(), once.data()));
+  EXPECT_FALSE(same_row(L, q.rows.data(), twice.data()));
+  EXPECT_EQ(meta_of(q.rows.data()).version, 4u);
+}
+
+TYPED_TEST_P(cache_conformance, UpdateReportsEveryPositionOfMissingKeys) {
+  auto h = this->make(this->sgd4_, cache_geometry{2, 1});
+  ASSERT_TRUE(h.insert({1}, zero_records(this->sgd4_, 1, 1), false).st);
+  optimizer_config opt;
+  opt.kind = optimizer_kind::sgd;
+  opt.learning_rate = 1.0f;
+  auto u = h.update({9, 1, 9, 4, 1}, std::vector<float>(20, 1.0f), opt);
+  ASSERT_TRUE(u.st);
+  EXPECT_EQ(u.counts.misses, 3u);
+  EXPECT_EQ(u.counts.hits, 2u);
+  EXPECT_EQ(u.misses, (std::vector<uint32_t>{0, 2, 3}));
+  EXPECT_EQ(h.cache().size(), 1u) << "update never inserts";
+  auto q = h.query({1});
+  EXPECT_EQ(weights_of(q.rows.data())[0], -2.0f);
+}
+
+TYPED_TEST_P(cache_conformance, UpdateRejectsAnOptimizerOtherThanTheLayouts) {
+  auto h = this->make(this->adagrad4_, cache_geometry{2, 1});
+  ASSERT_TRUE(h.insert({1}, zero_records(this->adagrad4_, 1, 1), false).st);
+  optimizer_config opt;
+  opt.kind = optimizer_kind::sgd;
+  auto u = h.update({1}, std::vector<float>(4, 1.0f), opt);
+  ASSERT_FALSE(u.st);
+  EXPECT_EQ(u.st.err().code(), errc::invalid_argument);
+  EXPECT_EQ(meta_of(h.query({1}).rows.data()).version, 1u);
+}
+
+// --- dump / clear -------------------------------------------------------------------
+
+TYPED_TEST_P(cache_conformance, DumpDirtyThenClean) {
+  auto h = this->make(this->sgd4_, cache_geometry{4, 1});
+  const row_layout& L = this->sgd4_;
+  const std::vector<uint64_t> clean{1, 2, 3, 4}, dirty{10, 11};
+  auto clean_rows = make_records(L, clean, 0);
+  auto dirty_rows = make_records(L, dirty, 1);
+  ASSERT_TRUE(h.insert(clean, clean_rows, false).st);
+  ASSERT_TRUE(h.insert(dirty, dirty_rows, true).st);
+  optimizer_config opt;
+  opt.kind = optimizer_kind::sgd;
+  opt.learning_rate = 1.0f;
+  ASSERT_TRUE(h.update({3}, std::vector<float>(4, 1.0f), opt).st);  // 3 becomes dirty
+
+  // A snapshot of dirty rows leaves flags alone.
+  auto snap = h.dump(false, false);
+  ASSERT_TRUE(snap.st);
+  EXPECT_EQ(sorted(snap.keys), (std::vector<uint64_t>{3, 10, 11}));
+  EXPECT_EQ(snap.counts.hits, 3u);
+  const size_t rb = h.record_bytes();
+  auto q = h.query({3, 10, 11});
+  for (size_t i = 0; i < snap.keys.size(); ++i) {
+    const uint64_t k = snap.keys[i];
+    const size_t at = k == 3 ? 0 : k == 10 ? 1 : 2;
+    EXPECT_EQ(std::memcmp(snap.rows.data() + i * rb, q.rows.data() + at * rb, rb), 0) << k;
+  }
+  // Pass end: take the dirty rows and mark them clean.
+  auto pass_end = h.dump(false, true);
+  EXPECT_EQ(sorted(pass_end.keys), (std::vector<uint64_t>{3, 10, 11}));
+  EXPECT_EQ(h.dump(false, true).counts.hits, 0u);
+  // Everything, clean included.
+  auto all = h.dump(true, false);
+  EXPECT_EQ(sorted(all.keys), (std::vector<uint64_t>{1, 2, 3, 4, 10, 11}));
+  EXPECT_EQ(all.counts.hits, h.cache().size());
+  // Cleaned rows are no longer returned on eviction: overflow every set.
+  std::vector<uint64_t> flood;
+  for (uint32_t s = 0; s < 4; ++s) {
+    auto ks = keys_in_set(s, 4, 32, 1000);
+    flood.insert(flood.end(), ks.begin(), ks.end());
+  }
+  auto ins = h.insert(flood, make_records(L, flood, 0), false);
+  EXPECT_EQ(ins.counts.evicted, 0u);
+  EXPECT_EQ(h.resident(), sorted(flood));
+}
+
+TYPED_TEST_P(cache_conformance, DumpWithCleanAndClearDirty) {
+  auto h = this->make(this->sgd4_, cache_geometry{2, 1});
+  const row_layout& L = this->sgd4_;
+  ASSERT_TRUE(h.insert({1, 2}, make_records(L, {1, 2}, 0), false).st);
+  ASSERT_TRUE(h.insert({3}, make_records(L, {3}, 0), true).st);
+  auto d = h.dump(true, true);
+  EXPECT_EQ(sorted(d.keys), (std::vector<uint64_t>{1, 2, 3}));
+  EXPECT_EQ(h.dump(false, false).counts.hits, 0u);
+}
+
+TYPED_TEST_P(cache_conformance, ClearDropsEverything) {
+  auto h = this->make(this->sgd4_, cache_geometry{2, 1});
+  const row_layout& L = this->sgd4_;
+  ASSERT_TRUE(h.insert({1, 2, 3}, make_records(L, {1, 2, 3}, 0), true).st);
+  h.cache().clear();
+  EXPECT_EQ(h.cache().size(), 0u);
+  auto q = h.query({1, 2, 3});
+  EXPECT_EQ(q.counts.misses, 3u);
+  EXPECT_EQ(h.dump(true, false).counts.hits, 0u);
+  // Usable again; nothing comes back from before the clear.
+  auto ins = h.insert({4}, make_records(L, {4}, 0), false);
+  EXPECT_EQ(ins.counts.evicted, 0u);
+  EXPECT_EQ(h.resident(), (std::vector<uint64_t>{4}));
+}
+
+// --- memory kinds ---------------------------------------------------------------------
+
+TYPED_TEST_P(cache_conformance, RejectsMemoryOfTheOtherKind) {
+  auto h = this->make(this->sgd4_, cache_geometry{2, 1});
+  const row_layout& L = this->sgd4_;
+  ASSERT_TRUE(h.insert({1}, make_records(L, {1}, 0), true).st);
+  // Wrong-kind spans over real buffers of the right kind: a backend must
+  // refuse them from the tag alone, without touching the memory.
+  typename TypeParam::memory mem;
+  auto keys = h.template space<uint64_t>(mem, 1);
+  mem.upload(reinterpret_cast<std::byte*>(keys.data()), "\1\0\0\0\0\0\0\0", 8);
+  auto rows = h.template space<std::byte>(mem, h.record_bytes());
+  auto ek = h.template space<uint64_t>(mem, 1);
+  auto idx = h.template space<uint32_t>(mem, 1);
+  auto grads = h.template space<float>(mem, 4);
+  auto wrong = [&](auto s) { return with_kind(s, h.other_kind()); };
+  auto cst = [](auto s) { return to_const(s); };
+  auto expect_rejected = [&](const status& st, const char* call) {
+    ASSERT_FALSE(st) << call;
+    EXPECT_EQ(st.err().code(), errc::invalid_argument) << call;
+  };
+  cache_counts counts;
+  optimizer_config opt;
+  opt.kind = optimizer_kind::sgd;
+  expect_rejected(h.wait([&](cache_completion d) {
+    h.cache().query(cst(wrong(keys)), rows, idx, counts, std::move(d));
+  }),
+                  "query keys");
+  expect_rejected(h.wait([&](cache_completion d) {
+    h.cache().query(cst(keys), wrong(rows), idx, counts, std::move(d));
+  }),
+                  "query rows");
+  expect_rejected(h.wait([&](cache_completion d) {
+    h.cache().insert(cst(keys), cst(wrong(rows)), false, ek, rows, counts, std::move(d));
+  }),
+                  "insert rows");
+  expect_rejected(h.wait([&](cache_completion d) {
+    h.cache().insert(cst(keys), cst(rows), false, wrong(ek), rows, counts, std::move(d));
+  }),
+                  "insert evicted keys");
+  expect_rejected(h.wait([&](cache_completion d) {
+    h.cache().update(cst(keys), cst(wrong(grads)), opt, idx, counts, std::move(d));
+  }),
+                  "update grads");
+  expect_rejected(h.wait([&](cache_completion d) {
+    h.cache().update(cst(keys), cst(grads), opt, wrong(idx), counts, std::move(d));
+  }),
+                  "update miss indices");
+  expect_rejected(h.wait([&](cache_completion d) {
+    h.cache().dump(wrong(ek), rows, true, true, counts, std::move(d));
+  }),
+                  "dump keys");
+  // Nothing changed: key 1 is still resident and dirty.
+  EXPECT_EQ(h.resident(), (std::vector<uint64_t>{1}));
+  EXPECT_EQ(h.dump(false, false).counts.hits, 1u);
+}
+
+TYPED_TEST_P(cache_conformance, RejectsUndersizedBuffers) {
+  auto h = this->make(this->sgd4_, cache_geometry{2, 1});
+  typename TypeParam::memory mem;
+  auto keys = h.template space<uint64_t>(mem, 2);
+  const uint64_t k[2] = {1, 2};
+  mem.upload(reinterpret_cast<std::byte*>(keys.data()), k, sizeof k);
+  auto rows = h.template space<std::byte>(mem, h.record_bytes());  // one record, not two
+  auto idx = h.template space<uint32_t>(mem, 2);
+  cache_counts counts;
+  auto st = h.wait([&](cache_completion d) {
+    h.cache().query({keys.data(), 2, keys.kind()}, rows, idx, counts, std::move(d));
+  });
+  ASSERT_FALSE(st);
+  EXPECT_EQ(st.err().code(), errc::invalid_argument);
+}
+
+REGISTER_TYPED_TEST_SUITE_P(
+    cache_conformance, MissThenInsertThenHitIsBitExact, QueryMixesHitsMissesAndDuplicates,
+    EmptyBatchesAreFine, InsertKeepsHigherVersionBothWays, InsertDuplicatesCollapseToHighestVersion,
+    ScriptedLruEvictionInOneSet, OverflowWithinOneBatchEvictsEarlierKeysOfThatBatch,
+    OnlyDirtyEvictionsAreReturnedEachOnce, SetsAreIndependentAndUseTheSharedHash,
+    UpdateSumsDuplicatesExactlyAndBumpsVersionOnce, UpdateSumsInBatchOrder,
+    UpdateRunsAdagradOncePerKey, UpdateReportsEveryPositionOfMissingKeys,
+    UpdateRejectsAnOptimizerOtherThanTheLayouts, DumpDirtyThenClean, DumpWithCleanAndClearDirty,
+    ClearDropsEverything, RejectsMemoryOfTheOtherKind, RejectsUndersizedBuffers);
+
+}  // namespace strata::testing
