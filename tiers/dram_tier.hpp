@@ -13,6 +13,21 @@
 //   lfu: evicts the resident row with the smallest access frequency
 //        (row_meta::freq); ties broken by the oldest last-access tick, then
 //        by the smallest key. A newly stored row starts at freq 1.
+//        (A lazily repaired binary min-heap over slots: hits only bump the
+//        record's freq/tick; the heap catches up when a stale entry reaches
+//        its root, so a hit costs no heap work.)
+//
+// Accesses. A lookup hit, a push and a store of a key are all accesses:
+// each increments freq (saturating at 2^32-1), sets tick to the current
+// tick and sets the CLOCK reference bit. The tier keeps its own access
+// metadata: a stored record's incoming freq/tick are ignored (a new row
+// starts at freq 1, an overwrite continues the resident row's count).
+//
+// Within one store() batch, rows stored by that batch are not chosen as
+// victims while any other row can be; only a batch with more distinct keys
+// than capacity_rows() evicts its own earlier rows (CLOCK: from the hand;
+// LFU: by the same order). Dirty bits are sticky: a clean store over a
+// dirty row leaves it dirty, so a write-down obligation is never lost.
 //
 // Dirty rows (stored with dirty = true, or updated by push) are the only
 // ones ever written down: eviction spills them, take_dirty() hands them all
@@ -84,6 +99,9 @@ class dram_tier final : public row_store {
 
   size_t capacity_rows() const;
   size_t memory_bytes() const;  // bytes allocated, all structures included
+  // The smallest capacity_bytes that holds `rows` rows of `layout` under
+  // `policy` (for sizing a tier by rows; tests, benchmarks).
+  static size_t budget_for_rows(const row_layout& layout, eviction_policy policy, size_t rows);
   const dram_tier_stats& stats() const;
 
  private:
