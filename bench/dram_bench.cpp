@@ -1,1 +1,315 @@
+// DRAM tier benchmarks, each against the two baselines it must beat or
+// approach:
+//
+//   raw_gather     the same rows gathered from a flat float array by index
+//                  (no hashing, no metadata: the memory-bandwidth ceiling);
+//   unordered_map  std::unordered_map<uint64_t, std::vector<float>>
+//                  find + copy (the obvious hash-map implementation).
+//
+// Lookups use the SGD layout (no optimizer state: weights only, as served);
+// pushes use Adagrad (weights + accumulators) and apply the same Adagrad
+// arithmetic in every variant. Batches are 4096 random keys (unique keys for
+// push, as the tier requires); only the operation itself is timed, batch
+// generation is not. Keys are splitmix64(i), so the tier hashes real 64-bit
+// keys while the flat array is indexed by i directly.
+//
+// Each structure is built, measured and freed before the next one, so the
+// peak memory is one structure (~6 GB at the full sizes).
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <iostream>
+#include <memory>
+#include <new>
+#include <string>
+#include <stdexcept>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
 #include "bench/report.hpp"
+#include "tiers/dram_tier.hpp"
+#include "tiers/optimizer.hpp"
+
+namespace strata::bench {
+namespace {
+
+using bench_clock = std::chrono::steady_clock;
+
+constexpr size_t batch_size = 4096;
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+uint64_t key_of(uint64_t i) { return splitmix64(i); }
+
+struct bench_sizes {
+  uint64_t keys_small_dims;  // dim 16 and 64
+  uint64_t keys_dim128;
+  double seconds;  // timed seconds per measurement
+};
+
+double seconds_since(bench_clock::time_point start) {
+  return std::chrono::duration<double>(bench_clock::now() - start).count();
+}
+
+void progress(const std::string& what) { std::cerr << "dram bench: " << what << std::endl; }
+
+// A flat array of floats on huge pages when the kernel grants them, like the
+// tier's arena, so the baseline is not slowed by TLB misses the tier avoids.
+class flat_floats {
+ public:
+  explicit flat_floats(size_t count) : bytes_(std::max<size_t>(count * sizeof(float), 1)) {
+    void* p = ::mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw std::bad_alloc();
+    (void)::madvise(p, bytes_, MADV_HUGEPAGE);
+    data_ = static_cast<float*>(p);
+  }
+  ~flat_floats() { ::munmap(data_, bytes_); }
+  flat_floats(const flat_floats&) = delete;
+  flat_floats& operator=(const flat_floats&) = delete;
+  float* data() const { return data_; }
+
+ private:
+  float* data_;
+  size_t bytes_;
+};
+
+// Random batches: indices in [0, n) and their keys. Unique ones for push.
+class batch_source {
+ public:
+  batch_source(uint64_t n, bool unique, uint64_t seed) : n_(n), unique_(unique), state_(seed) {}
+  void next() {
+    indices_.clear();
+    seen_.clear();
+    while (indices_.size() < batch_size) {
+      const uint64_t index = splitmix64(state_++) % n_;
+      if (unique_ && !seen_.insert(index).second) continue;
+      indices_.push_back(index);
+    }
+    keys_.resize(indices_.size());
+    for (size_t i = 0; i < indices_.size(); ++i) keys_[i] = key_of(indices_[i]);
+  }
+  const std::vector<uint64_t>& indices() const { return indices_; }
+  const std::vector<uint64_t>& keys() const { return keys_; }
+
+ private:
+  uint64_t n_;
+  bool unique_;
+  uint64_t state_;
+  std::vector<uint64_t> indices_;
+  std::vector<uint64_t> keys_;
+  std::unordered_set<uint64_t> seen_;
+};
+
+// Times `op` over fresh batches until `seconds` of timed work; rows/s.
+template <class Op>
+double rows_per_second(batch_source& batches, double seconds, Op&& op) {
+  for (int i = 0; i < 3; ++i) {  // warm-up
+    batches.next();
+    op(batches);
+  }
+  double timed = 0;
+  uint64_t rows = 0;
+  while (timed < seconds) {
+    batches.next();
+    const auto start = bench_clock::now();
+    op(batches);
+    timed += seconds_since(start);
+    rows += batches.keys().size();
+  }
+  return static_cast<double>(rows) / timed;
+}
+
+// The weights (and accumulators) of row i: deterministic, non-trivial.
+float initial_value(uint64_t i, uint32_t j) {
+  return static_cast<float>((i * 31 + j) % 1000) * 0.001f;
+}
+
+// --- Adagrad, as tiers/optimizer.cpp computes it -------------------------------
+inline void adagrad_step(const optimizer_config& c, uint32_t dim, float* w, float* acc,
+                         const float* grad) {
+  for (uint32_t i = 0; i < dim; ++i) {
+    const float g = grad[i] + (c.l2 * w[i]);
+    acc[i] = acc[i] + (g * g);
+    w[i] = w[i] - ((c.learning_rate * g) / (std::sqrt(acc[i]) + c.epsilon));
+  }
+}
+
+// --- the three structures ------------------------------------------------------
+
+// Flat array of n rows x `words` floats (weights, then accumulators if any).
+std::unique_ptr<flat_floats> build_flat(uint64_t n, uint32_t words) {
+  auto flat = std::make_unique<flat_floats>(n * words);
+  for (uint64_t i = 0; i < n; ++i)
+    for (uint32_t j = 0; j < words; ++j) flat->data()[i * words + j] = initial_value(i, j);
+  return flat;
+}
+
+using float_map = std::unordered_map<uint64_t, std::vector<float>>;
+std::unique_ptr<float_map> build_map(uint64_t n, uint32_t words) {
+  auto map = std::make_unique<float_map>();
+  map->reserve(n);
+  for (uint64_t i = 0; i < n; ++i) {
+    std::vector<float> row(words);
+    for (uint32_t j = 0; j < words; ++j) row[j] = initial_value(i, j);
+    map->emplace(key_of(i), std::move(row));
+    if ((i + 1) % 2000000 == 0) progress("  map " + std::to_string(i + 1) + " rows");
+  }
+  return map;
+}
+
+std::unique_ptr<dram_tier> build_tier(uint64_t n, const row_layout& layout) {
+  dram_tier_config config;
+  config.policy = eviction_policy::lru;
+  config.capacity_bytes = dram_tier::budget_for_rows(layout, config.policy, n);
+  auto tier = std::make_unique<dram_tier>(layout, config);
+  row_buffer rows(layout);
+  row_buffer spilled(layout);
+  for (uint64_t base = 0; base < n; base += batch_size) {
+    rows.clear();
+    const uint64_t end = std::min<uint64_t>(n, base + batch_size);
+    for (uint64_t i = base; i < end; ++i) {
+      std::byte* rec = rows.append(key_of(i));
+      meta_of(rec) = row_meta{1, 0, 0};
+      float* v = weights_of(rec);
+      for (uint32_t j = 0; j < layout.value_words(); ++j) v[j] = initial_value(i, j);
+    }
+    auto st = tier->store(rows.keys(), rows.rows(), false, spilled);
+    if (!st) throw std::runtime_error("dram bench: store failed: " + st.err().to_string());
+    if (end % 2000000 < batch_size && end >= 2000000)
+      progress("  dram tier " + std::to_string(end) + " rows");
+  }
+  if (tier->size() != n || !spilled.empty())
+    throw std::runtime_error("dram bench: the tier did not keep every row resident");
+  return tier;
+}
+
+// --- lookup ----------------------------------------------------------------------
+void bench_lookup(uint32_t dim, uint64_t n, double seconds, bench_report& report) {
+  const row_layout layout{dim, optimizer_kind::sgd, true};
+  const std::string name = "dram_lookup_dim" + std::to_string(dim);
+  std::vector<float> out_floats(batch_size * dim);
+  double raw = 0;
+  double map_rate = 0;
+  double tier_rate = 0;
+  {
+    progress("building flat array, dim " + std::to_string(dim) + ", " + std::to_string(n) +
+             " rows");
+    auto flat = build_flat(n, dim);
+    batch_source batches(n, false, 1);
+    raw = rows_per_second(batches, seconds, [&](const batch_source& b) {
+      const auto& idx = b.indices();
+      const float* base = flat->data();
+      for (size_t i = 0; i < idx.size(); ++i)
+        std::memcpy(out_floats.data() + i * dim, base + idx[i] * dim, sizeof(float) * dim);
+    });
+  }
+  {
+    progress("building dram tier, dim " + std::to_string(dim));
+    const auto start = bench_clock::now();
+    auto tier = build_tier(n, layout);
+    progress("  built in " + std::to_string(seconds_since(start)) + " s, " +
+             std::to_string(tier->memory_bytes() >> 20) + " MiB");
+    std::vector<std::byte> out(batch_size * layout.record_bytes());
+    std::vector<uint32_t> misses;
+    batch_source batches(n, false, 1);
+    tier_rate = rows_per_second(batches, seconds, [&](const batch_source& b) {
+      misses.clear();
+      auto st = tier->lookup(b.keys(), rows_span{out.data(), layout.record_bytes()}, misses);
+      if (!st || !misses.empty()) throw std::runtime_error("dram bench: lookup missed");
+    });
+  }
+  {
+    progress("building unordered_map, dim " + std::to_string(dim));
+    auto map = build_map(n, dim);
+    batch_source batches(n, false, 1);
+    map_rate = rows_per_second(batches, seconds, [&](const batch_source& b) {
+      const auto& keys = b.keys();
+      for (size_t i = 0; i < keys.size(); ++i) {
+        auto it = map->find(keys[i]);
+        if (it == map->end()) throw std::runtime_error("dram bench: map lookup missed");
+        std::memcpy(out_floats.data() + i * dim, it->second.data(), sizeof(float) * dim);
+      }
+    });
+  }
+  report.add({name, tier_rate, "rows/s", "raw_gather", raw});
+  report.add({name, tier_rate, "rows/s", "unordered_map", map_rate});
+}
+
+// --- push (Adagrad) and bytes per key ----------------------------------------------
+void bench_push(uint32_t dim, uint64_t n, double seconds, bench_report& report) {
+  const row_layout layout{dim, optimizer_kind::adagrad, true};
+  optimizer_config adagrad;
+  adagrad.kind = optimizer_kind::adagrad;
+  adagrad.learning_rate = 0.01f;
+  std::vector<float> grads(batch_size * dim);
+  for (size_t i = 0; i < grads.size(); ++i) grads[i] = static_cast<float>(i % 7) * 0.01f - 0.03f;
+  const std::string name = "dram_push_adagrad_dim" + std::to_string(dim);
+  const uint32_t words = layout.value_words();
+  double raw = 0;
+  double map_rate = 0;
+  double tier_rate = 0;
+  double bytes_per_key = 0;
+  {
+    progress("building flat array, Adagrad dim " + std::to_string(dim));
+    auto flat = build_flat(n, words);
+    batch_source batches(n, true, 2);
+    raw = rows_per_second(batches, seconds, [&](const batch_source& b) {
+      const auto& idx = b.indices();
+      for (size_t i = 0; i < idx.size(); ++i) {
+        float* row = flat->data() + idx[i] * words;
+        adagrad_step(adagrad, dim, row, row + dim, grads.data() + i * dim);
+      }
+    });
+  }
+  {
+    progress("building dram tier, Adagrad dim " + std::to_string(dim));
+    auto tier = build_tier(n, layout);
+    bytes_per_key = static_cast<double>(tier->memory_bytes()) / static_cast<double>(tier->size());
+    std::vector<uint32_t> misses;
+    batch_source batches(n, true, 2);
+    tier_rate = rows_per_second(batches, seconds, [&](const batch_source& b) {
+      misses.clear();
+      auto st = tier->push(b.keys(), grads.data(), dim, adagrad, misses);
+      if (!st || !misses.empty()) throw std::runtime_error("dram bench: push missed");
+    });
+  }
+  {
+    progress("building unordered_map, Adagrad dim " + std::to_string(dim));
+    auto map = build_map(n, words);
+    batch_source batches(n, true, 2);
+    map_rate = rows_per_second(batches, seconds, [&](const batch_source& b) {
+      const auto& keys = b.keys();
+      for (size_t i = 0; i < keys.size(); ++i) {
+        auto it = map->find(keys[i]);
+        if (it == map->end()) throw std::runtime_error("dram bench: map push missed");
+        float* row = it->second.data();
+        adagrad_step(adagrad, dim, row, row + dim, grads.data() + i * dim);
+      }
+    });
+  }
+  report.add({name, tier_rate, "rows/s", "raw_gather", raw});
+  report.add({name, tier_rate, "rows/s", "unordered_map", map_rate});
+  report.add({"dram_bytes_per_key", bytes_per_key, "bytes", "raw_row_bytes",
+              static_cast<double>(layout.raw_bytes())});
+}
+
+}  // namespace
+
+void run_dram_bench(const tiers_bench_options& options, bench_report& report) {
+  const bench_sizes sizes = options.small ? bench_sizes{50000, 50000, 0.2}
+                                          : bench_sizes{10000000, 4000000, 1.5};
+  bench_lookup(16, sizes.keys_small_dims, sizes.seconds, report);
+  bench_lookup(64, sizes.keys_small_dims, sizes.seconds, report);
+  bench_lookup(128, sizes.keys_dim128, sizes.seconds, report);
+  bench_push(64, sizes.keys_small_dims, sizes.seconds, report);
+}
+
+}  // namespace strata::bench
