@@ -13,6 +13,7 @@
 // Thread-safety: pure functions.
 #pragma once
 
+#include <bit>
 #include <cstdint>
 #include <cstring>
 
@@ -28,10 +29,13 @@ inline constexpr uint64_t cache_set = 0x7374726174615f63ULL;   // "strata_c"
 inline constexpr uint64_t pass_owner = 0x7374726174615f6fULL;  // "strata_o"
 }  // namespace hash_seed
 
+// XXH3 of the key's 8 little-endian bytes. Hashing the key object itself
+// (not a byte-by-byte copy, which stalls on store forwarding) gives the same
+// bytes on the little-endian machines we build for.
+static_assert(std::endian::native == std::endian::little,
+              "hash_key hashes the key's in-memory bytes as its little-endian form");
 inline uint64_t hash_key(uint64_t key, uint64_t seed) {
-  unsigned char bytes[8];
-  for (int i = 0; i < 8; ++i) bytes[i] = static_cast<unsigned char>(key >> (8 * i));
-  return XXH3_64bits_withSeed(bytes, sizeof bytes, seed);
+  return XXH3_64bits_withSeed(&key, sizeof key, seed);
 }
 
 // Maps a 64-bit hash onto [0, n) without the bias of `%` (Lemire's

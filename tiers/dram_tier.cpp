@@ -43,14 +43,7 @@ size_t allocated_bytes(size_t bytes) {
   return bytes < map_threshold ? bytes : (bytes + page - 1) / page * page;
 }
 
-// dram_slot_hash(key), computed from the key's in-register bytes: hash_key
-// assembles the little-endian bytes one at a time, and reading them back
-// as words stalls store forwarding on every probe. Same value on the
-// little-endian hosts strata builds for.
-static_assert(std::endian::native == std::endian::little, "slot_hash assumes little-endian");
-inline uint64_t slot_hash(uint64_t key) {
-  return XXH3_64bits_withSeed(&key, sizeof key, hash_seed::dram_slot);
-}
+inline uint64_t slot_hash(uint64_t key) { return dram_slot_hash(key); }
 
 // Buckets for `rows` keys: load factor <= 0.5 at capacity (a hit probes
 // 1.5 buckets on average, so it rarely spills into a second, unprefetched
