@@ -1,0 +1,1 @@
+#include "actors/cache_tier_actor.hpp"

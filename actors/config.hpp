@@ -1,0 +1,82 @@
+// Typed configuration of the actors, filled by the composition root
+// (deploy/) from the manifest. Actors never parse YAML (STYLE.md).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "model/ctr_model.hpp"
+#include "model/reader.hpp"
+#include "tiers/cache_backend.hpp"
+#include "tiers/dram_tier.hpp"
+#include "tiers/lmdb_tier.hpp"
+#include "tiers/table.hpp"
+#include "tiers/tier_chain.hpp"
+
+namespace strata::actors {
+
+enum class training_mode : uint8_t {
+  async,  // pushes go to the owning shard; caches serve copies <= staleness batches old
+  pass,   // AIBox: each key owned by one cache tier for a pass; write-back at pass end
+};
+
+struct shard_config {
+  uint32_t index = 0;
+  table_config table;
+  dram_tier_config dram;
+  tier_chain_config chain;
+  lmdb_tier_config lmdb;  // directory, partitions, map size, sync
+  // A write-behind batch is sent to ssd_flush once this many rows are
+  // queued (and always on drain).
+  size_t flush_batch_rows = 4096;
+  // Back-pressure: at most this many flush batches in flight; further
+  // evicted rows wait (readable) in the write-behind buffer.
+  uint32_t max_flushes_in_flight = 4;
+};
+
+struct cache_config {
+  uint32_t index = 0;
+  table_config table;
+  cache_geometry geometry;
+  // Async mode: a copy fetched more than `staleness` batches ago (on the
+  // reader's batch clock) is refreshed from its shard.
+  uint32_t staleness = 8;
+};
+
+struct worker_config {
+  uint32_t index = 0;
+  model::reader_config data;
+  uint32_t batch_size = 512;
+  uint32_t prefetch_depth = 2;   // prefetch batch i + k while batch i computes
+  uint32_t max_in_flight = 2;    // batches pushed but not yet acknowledged
+  uint32_t pull_dense_every = 1; // pull fresh dense weights every N steps
+  uint64_t max_batches = 0;      // 0: until the data ends
+  uint32_t epochs = 1;
+};
+
+struct dense_config {
+  float learning_rate = 0.001f;  // Adam on the MLP weights
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float epsilon = 1e-8f;
+};
+
+struct cluster_config {
+  std::string name = "local";
+  table_config table;  // one table, dim = model.row_dim()
+  model::model_config model;
+  training_mode mode = training_mode::async;
+  uint32_t partitions = 4096;
+  std::vector<shard_config> shards;
+  std::vector<cache_config> caches;
+  std::vector<worker_config> workers;
+  dense_config dense;
+  uint64_t pass_batches = 64;  // pass mode: batches per worker per pass
+  model::reader_config heldout;  // evaluated after training
+  uint64_t heldout_examples = 0;  // 0: the whole held-out window
+  uint32_t threads = 0;  // CAF scheduler threads; 0: hardware concurrency
+};
+
+}  // namespace strata::actors

@@ -1,0 +1,1 @@
+#include "actors/local_cluster.hpp"

@@ -1,0 +1,47 @@
+// Runs a whole cluster of one node in this process: shards with their
+// ssd_flush actors, cache tiers, the dense actor, workers, and the
+// coordinator that drives training (async or pass mode), reports progress
+// and stops gracefully (drain in-flight pushes, write back caches, flush
+// every dirty row, sync LMDB). Then evaluates the held-out data.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "actors/config.hpp"
+#include "actors/protocol.hpp"
+#include "common/error.hpp"
+
+namespace strata::actors {
+
+struct training_progress {
+  uint64_t examples = 0;
+  uint64_t batches = 0;
+  double recent_loss = 0;       // mean logloss over the last reports
+  double examples_per_s = 0;
+  double seconds = 0;
+};
+
+struct training_report {
+  uint64_t examples = 0;
+  double seconds = 0;
+  double examples_per_s = 0;
+  double train_loss = 0;  // mean over the last 10% of batches
+  double heldout_auc = 0;
+  double heldout_logloss = 0;
+  uint64_t heldout_examples = 0;
+  uint64_t bad_lines = 0;
+  std::vector<tier_stats> tiers;  // every shard and cache tier
+  uint64_t stored_keys = 0;       // distinct keys with a row (DRAM + LMDB, after drain)
+};
+
+using progress_callback = std::function<void(const training_progress&)>;
+
+// Trains per `config` and returns the report; errors name what failed
+// (data file, LMDB path, ...).
+expected<training_report> run_local_cluster(const cluster_config& config,
+                                            const progress_callback& progress = {});
+
+}  // namespace strata::actors

@@ -1,0 +1,1 @@
+#include "actors/partition_map.hpp"

@@ -1,0 +1,37 @@
+// Routing: key -> partition (a fixed hash, part of the storage format) ->
+// shard (a versioned map, so scaling moves partitions, never rehashes keys).
+// A value type; each actor holds its own copy and replaces it on a map
+// update with a higher epoch.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "common/hash.hpp"
+
+namespace strata::actors {
+
+class partition_map {
+ public:
+  partition_map() = default;
+  // Partitions dealt round-robin over `shards`.
+  partition_map(uint32_t partitions, uint32_t shards);
+
+  uint64_t epoch() const { return epoch_; }
+  uint32_t partitions() const { return static_cast<uint32_t>(owner_.size()); }
+  uint32_t shards() const { return shards_; }
+  uint32_t partition_of_key(uint64_t key) const { return partition_of(key, partitions()); }
+  uint32_t shard_of(uint64_t key) const { return owner_[partition_of_key(key)]; }
+  uint32_t owner(uint32_t partition) const { return owner_[partition]; }
+
+  // Groups positions of `keys` by owning shard: result[s] lists the
+  // positions (ascending) of keys owned by shard s.
+  std::vector<std::vector<uint32_t>> group(const std::vector<uint64_t>& keys) const;
+
+ private:
+  uint64_t epoch_ = 0;
+  uint32_t shards_ = 0;
+  std::vector<uint32_t> owner_;
+};
+
+}  // namespace strata::actors

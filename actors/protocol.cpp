@@ -1,0 +1,1 @@
+#include "actors/protocol.hpp"

@@ -1,0 +1,187 @@
+// Every message between strata's actors, declared once (STYLE.md: message
+// protocols are types). Each actor's interface is a CAF 0.17 typed actor;
+// every struct carried in a message has an inspect() and is registered by
+// add_message_types() so it can cross processes later (UCX issue).
+//
+// Rows travel as row_batch: keys plus packed records of the table's layout
+// (tiers/row.hpp), as bytes.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <caf/all.hpp>
+
+namespace strata::actors {
+
+// --- atoms (CAF 0.17: at most 10 characters) ----------------------------------
+using pull_atom = caf::atom_constant<caf::atom("pull")>;
+using push_atom = caf::atom_constant<caf::atom("push")>;
+using write_back_atom = caf::atom_constant<caf::atom("writeback")>;
+using prefetch_atom = caf::atom_constant<caf::atom("prefetch")>;
+using flush_atom = caf::atom_constant<caf::atom("flush")>;
+using drain_atom = caf::atom_constant<caf::atom("drain")>;
+using stats_atom = caf::atom_constant<caf::atom("stats")>;
+using tick_atom = caf::atom_constant<caf::atom("tick")>;
+using lookup_atom = caf::atom_constant<caf::atom("lookup")>;
+using pass_start_atom = caf::atom_constant<caf::atom("passstart")>;
+using pass_end_atom = caf::atom_constant<caf::atom("passend")>;
+using push_dense_atom = caf::atom_constant<caf::atom("pushdense")>;
+using pull_dense_atom = caf::atom_constant<caf::atom("pulldense")>;
+using run_atom = caf::atom_constant<caf::atom("run")>;
+using stop_atom = caf::atom_constant<caf::atom("stop")>;
+using progress_atom = caf::atom_constant<caf::atom("progress")>;
+using ok_atom = caf::atom_constant<caf::atom("ok")>;
+
+// --- message types ----------------------------------------------------------
+struct row_batch {
+  std::vector<uint64_t> keys;
+  std::vector<uint8_t> records;  // keys.size() records of the table's record_bytes()
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, row_batch& x) {
+  return f(caf::meta::type_name("row_batch"), x.keys, x.records);
+}
+
+// Reply to pull: one record per requested key (duplicates repeated), and
+// per key whether it is admitted (0: initializer row, caches must not
+// update it).
+struct pull_reply {
+  row_batch rows;
+  std::vector<uint8_t> admitted;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, pull_reply& x) {
+  return f(caf::meta::type_name("pull_reply"), x.rows, x.admitted);
+}
+
+// A gradient push: per position a key and dim floats. `epoch` is the
+// checkpoint epoch of the batch the gradients came from.
+struct push_request {
+  std::vector<uint64_t> keys;
+  std::vector<float> grads;
+  uint64_t epoch = 0;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, push_request& x) {
+  return f(caf::meta::type_name("push_request"), x.keys, x.grads, x.epoch);
+}
+
+// Shard's acknowledgement of an applied push (async mode): the updated rows
+// of the distinct keys pushed, with their new versions inside the records.
+struct push_reply {
+  row_batch rows;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, push_reply& x) {
+  return f(caf::meta::type_name("push_reply"), x.rows);
+}
+
+// Cache tier's acknowledgement of a worker's push: per position, the new
+// version of the key's row (0: dropped, key not admitted).
+struct push_ack {
+  std::vector<uint64_t> versions;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, push_ack& x) {
+  return f(caf::meta::type_name("push_ack"), x.versions);
+}
+
+// Reply to a cache tier lookup: one record per key position.
+struct lookup_reply {
+  row_batch rows;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, lookup_reply& x) {
+  return f(caf::meta::type_name("lookup_reply"), x.rows);
+}
+
+struct dense_weights {
+  uint64_t step = 0;
+  std::vector<float> weights;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, dense_weights& x) {
+  return f(caf::meta::type_name("dense_weights"), x.step, x.weights);
+}
+
+// Counters of one actor's tiers, for reports and metrics.
+struct tier_stats {
+  std::string name;  // "shard 0", "cache 1"
+  uint64_t hits = 0;
+  uint64_t misses = 0;
+  uint64_t evictions = 0;
+  uint64_t flushed_rows = 0;
+  uint64_t rows = 0;
+  // shard only: hits per chain tier (dram, write_behind, lmdb) and rows
+  // served by the initializer.
+  std::vector<uint64_t> chain_hits;
+  uint64_t initialized = 0;
+  uint64_t lmdb_rows = 0;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, tier_stats& x) {
+  return f(caf::meta::type_name("tier_stats"), x.name, x.hits, x.misses, x.evictions,
+           x.flushed_rows, x.rows, x.chain_hits, x.initialized, x.lmdb_rows);
+}
+
+// A worker's progress since its last report.
+struct progress_report {
+  uint32_t worker = 0;
+  uint64_t batches = 0;
+  uint64_t examples = 0;
+  double loss_sum = 0;  // sum of per-example logloss
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, progress_report& x) {
+  return f(caf::meta::type_name("progress_report"), x.worker, x.batches, x.examples, x.loss_sum);
+}
+
+// --- actor interfaces ---------------------------------------------------------
+
+// Owns the tier chain of its partitions (DRAM -> write-behind -> LMDB ->
+// initializer). Updates of one key are serialized here.
+using shard_actor = caf::typed_actor<
+    // Rows for keys (duplicates allowed), promoting and initializing.
+    caf::replies_to<pull_atom, std::vector<uint64_t>>::with<pull_reply>,
+    // Async mode: apply gradients (reduced per key), reply with updated rows.
+    caf::replies_to<push_atom, push_request>::with<push_reply>,
+    // A cache tier's whole-row write-back (pass end, eviction); older
+    // versions than the shard's are ignored.
+    caf::replies_to<write_back_atom, row_batch>::with<ok_atom>,
+    // Warm rows (SSD -> DRAM) ahead of use; no reply.
+    caf::reacts_to<prefetch_atom, std::vector<uint64_t>>,
+    // The batch clock for access ticks and TTL.
+    caf::reacts_to<tick_atom, uint32_t>,
+    // Graceful stop: every dirty row written down and LMDB synced.
+    caf::replies_to<drain_atom>::with<ok_atom>,
+    caf::replies_to<stats_atom>::with<tier_stats>>;
+
+// Owns the write side of one LMDB environment: writes a batch in one
+// transaction and answers with its sequence number once committed.
+using ssd_flush_actor = caf::typed_actor<
+    caf::replies_to<flush_atom, uint64_t, row_batch>::with<uint64_t>,
+    caf::replies_to<drain_atom>::with<ok_atom>>;
+
+// One HBM cache (CPU backend here) in front of the shards.
+using cache_tier_actor = caf::typed_actor<
+    caf::replies_to<lookup_atom, std::vector<uint64_t>>::with<lookup_reply>,
+    caf::reacts_to<prefetch_atom, std::vector<uint64_t>>,
+    caf::replies_to<push_atom, push_request>::with<push_ack>,
+    // Pass mode: the pass's working set is in; updates now apply here.
+    caf::replies_to<pass_start_atom, uint64_t>::with<ok_atom>,
+    // Pass mode: write every dirty row back to its shard, then reply.
+    caf::replies_to<pass_end_atom, uint64_t>::with<ok_atom>,
+    caf::replies_to<drain_atom>::with<ok_atom>,
+    caf::replies_to<stats_atom>::with<tier_stats>>;
+
+// The dense (MLP) weights and their optimizer.
+using dense_actor = caf::typed_actor<
+    caf::replies_to<push_dense_atom, std::vector<float>>::with<uint64_t>,
+    caf::replies_to<pull_dense_atom>::with<dense_weights>>;
+
+// Registers every message type above with a CAF config.
+void add_message_types(caf::actor_system_config& config);
+
+}  // namespace strata::actors

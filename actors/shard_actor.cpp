@@ -1,0 +1,1 @@
+#include "actors/shard_actor.hpp"

@@ -1,0 +1,1 @@
+#include "actors/ssd_flush_actor.hpp"

@@ -1,0 +1,19 @@
+// The ssd_flush actor: the write side of one shard's LMDB table. Each
+// flush(seq, rows) is written in one sorted write transaction and answered
+// with seq once committed; drain syncs the environment (MDB_NOSYNC writes
+// become durable). A failed write is answered with an error naming the
+// path; the shard keeps the rows and retries.
+#pragma once
+
+#include <memory>
+
+#include <caf/fwd.hpp>
+
+#include "actors/protocol.hpp"
+#include "tiers/lmdb_tier.hpp"
+
+namespace strata::actors {
+
+ssd_flush_actor spawn_ssd_flush(caf::actor_system& system, std::unique_ptr<lmdb_tier> writer);
+
+}  // namespace strata::actors

@@ -1,0 +1,1 @@
+#include "model/ctr_model.hpp"

@@ -1,0 +1,64 @@
+// The CTR model: per-slot sum-pooled embeddings plus a first-order term,
+// concatenated into an MLP with a sigmoid output, trained on logloss.
+//
+// Sparse parameters come from the parameter server as rows of one table of
+// dim = embedding_dim + 1: element 0 is the key's first-order (linear)
+// weight, elements 1..embedding_dim its embedding. For an example:
+//   pooled[s] = sum over its features f in slot s of value_f * emb(key_f)
+//   linear    = sum over features of value_f * w0(key_f)
+//   logit     = mlp(concat(pooled[0..slots))) + linear
+//   p         = sigmoid(logit)
+// The MLP has hidden layers of `hidden` sizes with ReLU, then one output.
+// Its weights are one flat vector (dense_layout() gives the offsets) that
+// the dense actor owns; workers hold a copy.
+//
+// forward_backward() computes predictions, the batch's mean logloss, the
+// gradient of every key occurrence's row (per position in batch.keys()
+// order, dim floats each) and the dense gradient. Pure computation over
+// caller-owned buffers; one thread.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "model/example.hpp"
+
+namespace strata::model {
+
+struct model_config {
+  uint32_t slots = 39;           // feature slots (Criteo: 13 integer + 26 categorical)
+  uint32_t embedding_dim = 8;
+  std::vector<uint32_t> hidden{64, 32};
+  uint64_t seed = 1;             // dense weight initialization
+  uint32_t row_dim() const { return embedding_dim + 1; }
+};
+
+struct batch_result {
+  std::vector<float> predictions;  // per example
+  double loss = 0;                 // mean logloss
+  std::vector<float> row_grads;    // per key occurrence, row_dim() floats each
+  std::vector<float> dense_grads;  // dense_size() floats
+};
+
+class ctr_model {
+ public:
+  explicit ctr_model(model_config config);
+  const model_config& config() const { return config_; }
+  size_t dense_size() const;
+  // Initial dense weights (He-uniform from the seed; deterministic).
+  std::vector<float> initial_dense() const;
+
+  // rows: one row_dim() float vector per key occurrence (batch.keys()
+  // order), dense: dense_size() floats.
+  batch_result forward_backward(const batch& b, std::span<const float> rows,
+                                std::span<const float> dense) const;
+  // Predictions only.
+  std::vector<float> predict(const batch& b, std::span<const float> rows,
+                             std::span<const float> dense) const;
+
+ private:
+  model_config config_;
+};
+
+}  // namespace strata::model
