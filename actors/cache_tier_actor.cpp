@@ -1,1 +1,429 @@
 #include "actors/cache_tier_actor.hpp"
+
+#include <unordered_map>
+
+#include <caf/all.hpp>
+
+#include "actors/error.hpp"
+#include "actors/row_batch_util.hpp"
+#include "tiers/cpu_cache.hpp"
+
+namespace strata::actors {
+namespace {
+
+// The CPU backend completes before returning; the CUDA backend (gpu/) will
+// report completion by message instead. Until then this wrapper checks it.
+void run_sync(const char* what, const std::function<void(cache_completion)>& call) {
+  bool done = false;
+  status result;
+  call([&](status s) {
+    result = std::move(s);
+    done = true;
+  });
+  STRATA_ASSERT(done, "cache backend did not complete synchronously");
+  if (!result) {
+    std::string msg = std::string(what) + ": " + result.err().to_string();
+    STRATA_ASSERT(false, msg.c_str());
+  }
+}
+
+// A lookup or prefetch waiting for rows from the shards.
+struct pending_fill {
+  std::vector<uint64_t> keys;
+  row_batch rows;  // one record per position
+  std::unordered_map<uint64_t, std::vector<uint32_t>> positions;  // missing key -> positions
+  size_t outstanding = 0;
+  caf::typed_response_promise<lookup_reply> promise;
+  bool reply = false;
+  std::function<void()> then;  // runs once every row is in (push in pass mode)
+  std::function<void(caf::error&)> fail;  // a shard refused a pull
+};
+
+struct cache_state {
+  cache_config config;
+  training_mode mode = training_mode::async;
+  std::vector<shard_actor> shards;
+  partition_map map;
+  std::unique_ptr<cache_backend> cache;
+  size_t record_bytes = 0;
+  // Evicted dirty rows not yet acknowledged by their shard: still served.
+  std::unordered_map<uint64_t, std::vector<std::byte>> evicted;
+  size_t write_backs_in_flight = 0;
+  std::vector<caf::typed_response_promise<ok_atom>> flush_waiters;
+  uint64_t clock = 0;                                  // lookups served (async staleness)
+  std::unordered_map<uint64_t, uint64_t> fetched_at;   // async: key -> clock when fetched
+  tier_stats stats;
+  static inline const char* name = "cache_tier";
+};
+
+using cache_pointer = cache_tier_actor::stateful_pointer<cache_state>;
+
+void check_flush_waiters(cache_pointer self) {
+  auto& st = self->state;
+  if (st.write_backs_in_flight > 0 || st.flush_waiters.empty()) return;
+  for (auto& p : st.flush_waiters) p.deliver(ok_atom::value);
+  st.flush_waiters.clear();
+}
+
+// Sends whole rows back to their shards, keeping them readable until acked.
+void write_back(cache_pointer self, const std::vector<uint64_t>& keys,
+                const std::vector<std::byte>& records) {
+  auto& st = self->state;
+  if (keys.empty()) return;
+  auto groups = st.map.group(keys);
+  for (uint32_t s = 0; s < groups.size(); ++s) {
+    if (groups[s].empty()) continue;
+    row_batch batch;
+    batch.records.resize(groups[s].size() * st.record_bytes);
+    for (size_t j = 0; j < groups[s].size(); ++j) {
+      const uint32_t i = groups[s][j];
+      batch.keys.push_back(keys[i]);
+      const std::byte* rec = records.data() + size_t{i} * st.record_bytes;
+      std::memcpy(batch.records.data() + j * st.record_bytes, rec, st.record_bytes);
+      st.evicted[keys[i]].assign(rec, rec + st.record_bytes);
+    }
+    st.stats.flushed_rows += batch.keys.size();
+    ++st.write_backs_in_flight;
+    auto sent = std::make_shared<row_batch>(batch);
+    self->request(st.shards[s], caf::infinite, write_back_atom::value, std::move(batch))
+        .then(
+            [self, sent](ok_atom) {
+              auto& st = self->state;
+              for (size_t j = 0; j < sent->keys.size(); ++j) {
+                auto it = st.evicted.find(sent->keys[j]);
+                const auto* rec = reinterpret_cast<const std::byte*>(sent->records.data()) +
+                                  j * st.record_bytes;
+                if (it != st.evicted.end() &&
+                    meta_of(it->second.data()).version == meta_of(rec).version)
+                  st.evicted.erase(it);
+              }
+              --st.write_backs_in_flight;
+              check_flush_waiters(self);
+            },
+            [self](caf::error& err) {
+              auto& st = self->state;
+              --st.write_backs_in_flight;
+              // The rows stay in `evicted` (readable); the waiters learn of it.
+              for (auto& p : st.flush_waiters) p.deliver(err);
+              st.flush_waiters.clear();
+            });
+  }
+}
+
+// Inserts rows; evicted dirty rows go back to their shards.
+void insert(cache_pointer self, const std::vector<uint64_t>& keys, const std::byte* records,
+            bool dirty) {
+  auto& st = self->state;
+  if (keys.empty()) return;
+  std::vector<uint64_t> ev_keys(keys.size());
+  std::vector<std::byte> ev_rows(keys.size() * st.record_bytes);
+  cache_counts counts;
+  run_sync("cache insert", [&](cache_completion done) {
+    st.cache->insert(host_span(std::span<const uint64_t>(keys)),
+                     host_span(std::span<const std::byte>(records, keys.size() * st.record_bytes)),
+                     dirty, host_span(std::span<uint64_t>(ev_keys)),
+                     host_span(std::span<std::byte>(ev_rows)), counts, std::move(done));
+  });
+  if (st.mode == training_mode::async)
+    for (uint64_t k : keys) st.fetched_at[k] = st.clock;
+  if (counts.evicted > 0) {
+    st.stats.evictions += counts.evicted;
+    ev_keys.resize(counts.evicted);
+    ev_rows.resize(size_t{counts.evicted} * st.record_bytes);
+    write_back(self, ev_keys, ev_rows);
+  }
+}
+
+void finish_fill(const std::shared_ptr<pending_fill>& fill) {
+  if (fill->outstanding > 0) return;
+  if (fill->reply) fill->promise.deliver(lookup_reply{std::move(fill->rows)});
+  if (fill->then) fill->then();
+}
+
+// Serves `keys` into fill->rows from the cache, the evicted buffer and, for
+// the rest, the shards (one pull per shard); calls finish_fill at the end.
+void fill_rows(cache_pointer self, std::shared_ptr<pending_fill> fill, bool count_stats) {
+  auto& st = self->state;
+  const auto& keys = fill->keys;
+  fill->rows.keys = keys;
+  fill->rows.records.resize(keys.size() * st.record_bytes);
+  auto* out = reinterpret_cast<std::byte*>(fill->rows.records.data());
+  std::vector<uint32_t> misses(keys.size());
+  cache_counts counts;
+  run_sync("cache query", [&](cache_completion done) {
+    st.cache->query(host_span(std::span<const uint64_t>(keys)),
+                    host_span(std::span<std::byte>(out, fill->rows.records.size())),
+                    host_span(std::span<uint32_t>(misses)), counts, std::move(done));
+  });
+  misses.resize(counts.misses);
+  if (st.mode == training_mode::async) {
+    // Copies older than `staleness` lookups are refreshed from the shard.
+    std::vector<uint32_t> stale;
+    size_t m = 0;
+    for (uint32_t i = 0; i < keys.size(); ++i) {
+      if (m < misses.size() && misses[m] == i) {
+        ++m;
+        continue;
+      }
+      auto it = st.fetched_at.find(keys[i]);
+      if (it == st.fetched_at.end() || it->second + st.config.staleness < st.clock)
+        stale.push_back(i);
+    }
+    if (!stale.empty()) {
+      misses.insert(misses.end(), stale.begin(), stale.end());
+      std::sort(misses.begin(), misses.end());
+    }
+  }
+  if (count_stats) {
+    st.stats.hits += keys.size() - misses.size();
+    st.stats.misses += misses.size();
+  }
+  for (uint32_t i : misses) {
+    auto ev = st.evicted.find(keys[i]);
+    if (ev != st.evicted.end()) {
+      std::memcpy(out + size_t{i} * st.record_bytes, ev->second.data(), st.record_bytes);
+      continue;
+    }
+    fill->positions[keys[i]].push_back(i);
+  }
+  if (fill->positions.empty()) {
+    finish_fill(fill);
+    return;
+  }
+  std::vector<uint64_t> wanted;
+  for (const auto& [k, pos] : fill->positions) wanted.push_back(k);
+  std::sort(wanted.begin(), wanted.end());
+  auto groups = st.map.group(wanted);
+  for (uint32_t s = 0; s < groups.size(); ++s) {
+    if (groups[s].empty()) continue;
+    std::vector<uint64_t> part;
+    for (uint32_t i : groups[s]) part.push_back(wanted[i]);
+    ++fill->outstanding;
+    self->request(st.shards[s], caf::infinite, pull_atom::value, std::move(part))
+        .then(
+            [self, fill](pull_reply& reply) {
+              auto& st = self->state;
+              auto* out = reinterpret_cast<std::byte*>(fill->rows.records.data());
+              const auto* in = reinterpret_cast<const std::byte*>(reply.rows.records.data());
+              std::vector<uint64_t> admitted_keys;
+              std::vector<std::byte> admitted_rows;
+              for (size_t j = 0; j < reply.rows.keys.size(); ++j) {
+                const std::byte* rec = in + j * st.record_bytes;
+                for (uint32_t pos : fill->positions[reply.rows.keys[j]])
+                  std::memcpy(out + size_t{pos} * st.record_bytes, rec, st.record_bytes);
+                if (reply.admitted.empty() || reply.admitted[j]) {
+                  admitted_keys.push_back(reply.rows.keys[j]);
+                  admitted_rows.insert(admitted_rows.end(), rec, rec + st.record_bytes);
+                }
+              }
+              insert(self, admitted_keys, admitted_rows.data(), false);
+              --fill->outstanding;
+              finish_fill(fill);
+            },
+            [fill](caf::error& err) {
+              if (fill->reply) fill->promise.deliver(err);
+              if (fill->fail) fill->fail(err);
+              fill->reply = false;
+              fill->then = nullptr;
+              fill->fail = nullptr;
+            });
+  }
+}
+
+// Pass mode: applies gradients in the cache; missing rows are pulled first.
+void apply_in_cache(cache_pointer self, const push_request& req,
+                    caf::typed_response_promise<push_ack> promise) {
+  auto& st = self->state;
+  const uint32_t dim = st.config.table.layout.dim;
+  std::vector<uint32_t> misses(req.keys.size());
+  cache_counts counts;
+  run_sync("cache update", [&](cache_completion done) {
+    st.cache->update(host_span(std::span<const uint64_t>(req.keys)),
+                     host_span(std::span<const float>(req.grads)), st.config.table.optimizer,
+                     host_span(std::span<uint32_t>(misses)), counts, std::move(done));
+  });
+  misses.resize(counts.misses);
+  auto ack = [self, keys = req.keys, promise]() mutable {
+    auto& st = self->state;
+    std::vector<std::byte> rows(keys.size() * st.record_bytes);
+    std::vector<uint32_t> missing(keys.size());
+    cache_counts c;
+    run_sync("cache query", [&](cache_completion done) {
+      st.cache->query(host_span(std::span<const uint64_t>(keys)),
+                      host_span(std::span<std::byte>(rows)), host_span(std::span<uint32_t>(missing)),
+                      c, std::move(done));
+    });
+    missing.resize(c.misses);
+    push_ack out;
+    out.versions.resize(keys.size());
+    size_t m = 0;
+    for (uint32_t i = 0; i < keys.size(); ++i) {
+      if (m < missing.size() && missing[m] == i) {
+        ++m;
+        out.versions[i] = 0;  // not admitted, or evicted at once by this batch
+        continue;
+      }
+      out.versions[i] = meta_of(rows.data() + size_t{i} * st.record_bytes).version;
+    }
+    promise.deliver(std::move(out));
+  };
+  if (misses.empty()) {
+    ack();
+    return;
+  }
+  // Bring the missing rows in, then apply their gradients.
+  auto fill = std::make_shared<pending_fill>();
+  push_request rest;
+  for (uint32_t i : misses) {
+    rest.keys.push_back(req.keys[i]);
+    rest.grads.insert(rest.grads.end(), req.grads.begin() + size_t{i} * dim,
+                      req.grads.begin() + size_t{i + 1} * dim);
+  }
+  fill->keys = rest.keys;
+  fill->fail = [promise](caf::error& err) mutable { promise.deliver(err); };
+  fill->then = [self, rest = std::move(rest), ack]() mutable {
+    auto& st = self->state;
+    std::vector<uint32_t> still(rest.keys.size());
+    cache_counts c;
+    run_sync("cache update", [&](cache_completion done) {
+      st.cache->update(host_span(std::span<const uint64_t>(rest.keys)),
+                       host_span(std::span<const float>(rest.grads)), st.config.table.optimizer,
+                       host_span(std::span<uint32_t>(still)), c, std::move(done));
+    });
+    ack();
+  };
+  fill_rows(self, fill, false);
+}
+
+// Async mode: the owning shards apply the gradients; refresh from replies.
+void forward_push(cache_pointer self, const push_request& req,
+                  caf::typed_response_promise<push_ack> promise) {
+  auto& st = self->state;
+  const uint32_t dim = st.config.table.layout.dim;
+  auto groups = st.map.group(req.keys);
+  struct pending_push {
+    std::vector<uint64_t> keys;
+    push_ack ack;
+    size_t outstanding = 0;
+    caf::typed_response_promise<push_ack> promise;
+    bool failed = false;
+  };
+  auto p = std::make_shared<pending_push>();
+  p->keys = req.keys;
+  p->ack.versions.assign(req.keys.size(), 0);
+  p->promise = promise;
+  for (uint32_t s = 0; s < groups.size(); ++s) {
+    if (groups[s].empty()) continue;
+    push_request part;
+    part.epoch = req.epoch;
+    for (uint32_t i : groups[s]) {
+      part.keys.push_back(req.keys[i]);
+      part.grads.insert(part.grads.end(), req.grads.begin() + size_t{i} * dim,
+                        req.grads.begin() + size_t{i + 1} * dim);
+    }
+    ++p->outstanding;
+    self->request(st.shards[s], caf::infinite, push_atom::value, std::move(part))
+        .then(
+            [self, p](push_reply& reply) {
+              auto& st = self->state;
+              const auto* in = reinterpret_cast<const std::byte*>(reply.rows.records.data());
+              std::unordered_map<uint64_t, uint64_t> version;
+              for (size_t j = 0; j < reply.rows.keys.size(); ++j)
+                version[reply.rows.keys[j]] = meta_of(in + j * st.record_bytes).version;
+              for (size_t i = 0; i < p->keys.size(); ++i)
+                if (auto it = version.find(p->keys[i]); it != version.end())
+                  p->ack.versions[i] = it->second;
+              insert(self, reply.rows.keys, in, false);
+              if (--p->outstanding == 0 && !p->failed) p->promise.deliver(std::move(p->ack));
+            },
+            [p](caf::error& err) {
+              if (!p->failed) p->promise.deliver(err);
+              p->failed = true;
+            });
+  }
+  if (p->outstanding == 0) p->promise.deliver(std::move(p->ack));
+}
+
+// Writes every dirty row back; `promise` is answered once all are acked.
+void write_back_all(cache_pointer self, caf::typed_response_promise<ok_atom> promise) {
+  auto& st = self->state;
+  std::vector<uint64_t> keys(st.cache->size());
+  std::vector<std::byte> rows(keys.size() * st.record_bytes);
+  cache_counts counts;
+  run_sync("cache dump", [&](cache_completion done) {
+    st.cache->dump(host_span(std::span<uint64_t>(keys)), host_span(std::span<std::byte>(rows)),
+                   false, true, counts, std::move(done));
+  });
+  keys.resize(counts.hits);
+  rows.resize(size_t{counts.hits} * st.record_bytes);
+  st.flush_waiters.push_back(promise);
+  write_back(self, keys, rows);
+  check_flush_waiters(self);
+}
+
+cache_tier_actor::behavior_type cache_behavior(cache_pointer self, cache_config config,
+                                               training_mode mode, std::vector<shard_actor> shards,
+                                               partition_map map) {
+  auto& st = self->state;
+  st.config = std::move(config);
+  st.mode = mode;
+  st.shards = std::move(shards);
+  st.map = std::move(map);
+  st.cache = std::make_unique<cpu_cache>(st.config.table.layout, st.config.geometry);
+  st.record_bytes = st.config.table.layout.record_bytes();
+  st.stats.name = "cache " + std::to_string(st.config.index);
+  return {
+      [self](lookup_atom, std::vector<uint64_t>& keys) -> caf::result<lookup_reply> {
+        auto& st = self->state;
+        ++st.clock;
+        auto fill = std::make_shared<pending_fill>();
+        fill->keys = std::move(keys);
+        fill->promise = self->make_response_promise<lookup_reply>();
+        fill->reply = true;
+        fill_rows(self, fill, true);
+        return fill->promise;
+      },
+      [self](prefetch_atom, std::vector<uint64_t>& keys) {
+        auto fill = std::make_shared<pending_fill>();
+        fill->keys = std::move(keys);
+        fill_rows(self, fill, false);
+      },
+      [self](push_atom, push_request& req) -> caf::result<push_ack> {
+        auto& st = self->state;
+        if (req.grads.size() != req.keys.size() * st.config.table.layout.dim)
+          return caf::make_error(caf::sec::runtime_error, "push with a wrong gradient size");
+        auto promise = self->make_response_promise<push_ack>();
+        if (st.mode == training_mode::pass)
+          apply_in_cache(self, req, promise);
+        else
+          forward_push(self, req, promise);
+        return promise;
+      },
+      [](pass_start_atom, uint64_t) -> ok_atom { return ok_atom::value; },
+      [self](pass_end_atom, uint64_t) -> caf::result<ok_atom> {
+        auto promise = self->make_response_promise<ok_atom>();
+        write_back_all(self, promise);
+        return promise;
+      },
+      [self](drain_atom) -> caf::result<ok_atom> {
+        auto promise = self->make_response_promise<ok_atom>();
+        write_back_all(self, promise);
+        return promise;
+      },
+      [self](stats_atom) -> tier_stats {
+        auto out = self->state.stats;
+        out.rows = self->state.cache->size();
+        return out;
+      },
+  };
+}
+
+}  // namespace
+
+cache_tier_actor spawn_cache_tier(caf::actor_system& system, const cache_config& config,
+                                  training_mode mode, std::vector<shard_actor> shards,
+                                  partition_map map) {
+  return system.spawn(cache_behavior, config, mode, std::move(shards), std::move(map));
+}
+
+}  // namespace strata::actors

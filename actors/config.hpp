@@ -34,6 +34,9 @@ struct shard_config {
   // Back-pressure: at most this many flush batches in flight; further
   // evicted rows wait (readable) in the write-behind buffer.
   uint32_t max_flushes_in_flight = 4;
+  // Run ssd_flush on a thread of its own (LMDB commits block); off in
+  // deterministic tests, where every actor runs on the test scheduler.
+  bool flush_on_own_thread = true;
 };
 
 struct cache_config {

@@ -1,1 +1,47 @@
 #include "actors/ssd_flush_actor.hpp"
+
+#include <caf/all.hpp>
+
+#include "actors/error.hpp"
+#include "actors/row_batch_util.hpp"
+
+namespace strata::actors {
+namespace {
+
+struct flush_state {
+  std::unique_ptr<lmdb_tier> writer;
+  static inline const char* name = "ssd_flush";
+};
+
+ssd_flush_actor::behavior_type flush_behavior(ssd_flush_actor::stateful_pointer<flush_state> self,
+                                              std::shared_ptr<std::unique_ptr<lmdb_tier>> writer) {
+  self->state.writer = std::move(*writer);
+  return {
+      [self](flush_atom, uint64_t seq, const row_batch& rows) -> caf::result<uint64_t> {
+        lmdb_tier& tier = *self->state.writer;
+        if (!well_formed(rows, tier.layout()))
+          return caf::make_error(caf::sec::runtime_error, "malformed flush batch " + std::to_string(seq));
+        row_buffer none(tier.layout());
+        auto st = tier.store(rows.keys, rows_of(rows, tier.layout()), true, none);
+        if (!st) return to_caf(st.err());
+        return seq;
+      },
+      [self](drain_atom) -> caf::result<ok_atom> {
+        auto st = self->state.writer->sync();
+        if (!st) return to_caf(st.err());
+        return ok_atom::value;
+      },
+  };
+}
+
+}  // namespace
+
+ssd_flush_actor spawn_ssd_flush(caf::actor_system& system, std::unique_ptr<lmdb_tier> writer,
+                                bool own_thread) {
+  // CAF copies spawn arguments: hand the unique_ptr over through a shared box.
+  auto box = std::make_shared<std::unique_ptr<lmdb_tier>>(std::move(writer));
+  if (own_thread) return system.spawn<caf::detached>(flush_behavior, box);
+  return system.spawn(flush_behavior, box);
+}
+
+}  // namespace strata::actors

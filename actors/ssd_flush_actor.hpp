@@ -14,6 +14,9 @@
 
 namespace strata::actors {
 
-ssd_flush_actor spawn_ssd_flush(caf::actor_system& system, std::unique_ptr<lmdb_tier> writer);
+// own_thread: run detached (LMDB commits block a thread); off in
+// deterministic tests.
+ssd_flush_actor spawn_ssd_flush(caf::actor_system& system, std::unique_ptr<lmdb_tier> writer,
+                                bool own_thread = true);
 
 }  // namespace strata::actors

@@ -195,7 +195,7 @@ struct shared_env {
   bool sync = false;
   unsigned page_size = 4096;
   MDB_dbi meta_dbi = 0;
-  std::set<std::string> open_tables;  // guarded by registry_mutex
+  std::multiset<std::string> open_tables;  // guarded by registry_mutex; one entry per handle
   ~shared_env() {
     if (env != nullptr) mdb_env_close(env);
   }
@@ -276,7 +276,8 @@ struct lmdb_tier::impl {
     if (reader != nullptr) mdb_txn_abort(reader);
     if (env) {
       std::lock_guard lock(registry_mutex);
-      env->open_tables.erase(config.table);
+      if (auto it = env->open_tables.find(config.table); it != env->open_tables.end())
+        env->open_tables.erase(it);
       // the environment closes with its last tier
       env.reset();
     }
@@ -360,7 +361,17 @@ struct lmdb_tier::impl {
       }
     }
     mdb_cursor_close(cursor);
-    const uint64_t new_live = static_cast<uint64_t>(static_cast<int64_t>(live) + live_delta);
+    // Another handle of the same table (a shard's reader and its ssd_flush
+    // writer share the table) may have written since: the count stored in
+    // this transaction is the authority, not our cached copy.
+    uint64_t base = live;
+    {
+      MDB_val kv = live_key.val();
+      MDB_val dv;
+      if (mdb_get(txn, env->meta_dbi, &kv, &dv) == 0 && dv.mv_size == sizeof base)
+        std::memcpy(&base, dv.mv_data, sizeof base);
+    }
+    const uint64_t new_live = static_cast<uint64_t>(static_cast<int64_t>(base) + live_delta);
     if (live_delta != 0) {
       MDB_val kv = live_key.val();
       MDB_val dv{sizeof new_live, const_cast<uint64_t*>(&new_live)};
@@ -640,7 +651,7 @@ expected<std::unique_ptr<lmdb_tier>> lmdb_tier::open(row_layout layout, lmdb_tie
   std::lock_guard lock(registry_mutex);  // also serializes mdb_dbi_open
   auto env = open_env(dir, config);
   if (!env) return env.err();
-  if ((*env)->open_tables.count(config.table) != 0)
+  if ((*env)->open_tables.count(config.table) != 0 && !config.shared_handle)
     return error{errc::invalid_argument, t->where + " is already open in this process"};
   t->env = std::move(*env);
   if (auto opened = t->open_table(); !opened) {
@@ -655,7 +666,18 @@ lmdb_tier::lmdb_tier(std::unique_ptr<impl> impl) : impl_(std::move(impl)) {}
 lmdb_tier::~lmdb_tier() = default;
 
 const row_layout& lmdb_tier::layout() const { return impl_->layout; }
-size_t lmdb_tier::size() const { return impl_->live; }
+size_t lmdb_tier::size() const {
+  // Re-read: another handle of this table may have written meanwhile.
+  MDB_txn* txn = nullptr;
+  if (mdb_txn_begin(impl_->env->env, nullptr, MDB_RDONLY, &txn) == 0) {
+    MDB_val kv = impl_->live_key.val();
+    MDB_val dv;
+    if (mdb_get(txn, impl_->env->meta_dbi, &kv, &dv) == 0 && dv.mv_size == sizeof impl_->live)
+      std::memcpy(&impl_->live, dv.mv_data, sizeof impl_->live);
+    mdb_txn_abort(txn);
+  }
+  return impl_->live;
+}
 const std::filesystem::path& lmdb_tier::path() const { return impl_->path(); }
 const lmdb_tier_stats& lmdb_tier::stats() const { return impl_->stats; }
 

@@ -39,6 +39,10 @@ struct lmdb_tier_config {
   size_t map_bytes = size_t{1} << 40;  // reserved sparse map (1 TiB)
   bool sync = false;                // false: MDB_NOSYNC between sync() calls
   uint32_t max_tables = 64;         // named databases per environment
+  // Open another handle of a table already open in this process: a shard
+  // reads through one while its ssd_flush actor writes through the other
+  // (LMDB: many readers, one writer). Without it a second open is refused.
+  bool shared_handle = false;
 };
 
 struct lmdb_tier_stats {

@@ -1,0 +1,19 @@
+// strata errors across actor messages: carried as caf::error with the
+// runtime_error code and the full "code: message" text as context.
+#pragma once
+
+#include <string>
+
+#include <caf/error.hpp>
+#include <caf/sec.hpp>
+
+#include "common/error.hpp"
+
+namespace strata::actors {
+
+inline caf::error to_caf(const error& e) {
+  return caf::make_error(caf::sec::runtime_error, e.to_string());
+}
+
+// Copies a strata row_buffer into a message row_batch and back.
+}  // namespace strata::actors
