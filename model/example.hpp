@@ -5,6 +5,7 @@
 // otherwise). Plain data, copyable.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
