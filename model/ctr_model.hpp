@@ -10,12 +10,19 @@
 //   p         = sigmoid(logit)
 // The MLP has hidden layers of `hidden` sizes with ReLU, then one output.
 // Its weights are one flat vector (dense_layout() gives the offsets) that
-// the dense actor owns; workers hold a copy.
+// the dense actor owns; workers hold a copy. Layer l stores its weights
+// input-major (W[i][o] at weights + i * out + o), then its out biases.
+// Weights are He-uniform (U(+-sqrt(6 / in))) from splitmix64 over
+// (seed, index); biases start at 0.
 //
 // forward_backward() computes predictions, the batch's mean logloss, the
 // gradient of every key occurrence's row (per position in batch.keys()
-// order, dim floats each) and the dense gradient. Pure computation over
-// caller-owned buffers; one thread.
+// order, dim floats each) and the dense gradient, all of the *mean* loss
+// over the batch: an occurrence's row gradient is value * dL/dpooled[slot]
+// (elements 1..) and value * dL/dlogit (element 0); a key seen twice gets
+// two gradients, which the caller sums. Every feature's slot must be below
+// config.slots (asserted). Pure computation over caller-owned buffers;
+// const and thread-compatible (no shared mutable state).
 #pragma once
 
 #include <cstdint>
@@ -41,11 +48,19 @@ struct batch_result {
   std::vector<float> dense_grads;  // dense_size() floats
 };
 
+// Where one MLP layer lives in the flat dense vector.
+struct dense_layer {
+  size_t weights = 0;  // offset of W (in * out floats, input-major)
+  size_t bias = 0;     // offset of the out biases
+  uint32_t in = 0, out = 0;
+};
+
 class ctr_model {
  public:
   explicit ctr_model(model_config config);
   const model_config& config() const { return config_; }
   size_t dense_size() const;
+  std::vector<dense_layer> dense_layout() const { return layout_; }
   // Initial dense weights (He-uniform from the seed; deterministic).
   std::vector<float> initial_dense() const;
 
@@ -59,6 +74,8 @@ class ctr_model {
 
  private:
   model_config config_;
+  std::vector<dense_layer> layout_;
+  size_t dense_size_ = 0;
 };
 
 }  // namespace strata::model
