@@ -1,1 +1,65 @@
+#include "actors/dense_actor.hpp"
 
+#include <caf/all.hpp>
+
+#include "tiers/optimizer.hpp"
+#include "tiers/row.hpp"
+
+namespace strata::actors {
+namespace {
+
+struct dense_state {
+  static inline const char* name = "strata.dense";
+  row_layout layout;
+  optimizer_config optimizer;
+  std::vector<std::byte> record;  // [row_meta][weights][m][v][step]
+};
+
+}  // namespace
+
+optimizer_config dense_optimizer(const dense_config& config) {
+  optimizer_config optimizer;
+  optimizer.kind = optimizer_kind::adam;
+  optimizer.learning_rate = config.learning_rate;
+  optimizer.beta1 = config.beta1;
+  optimizer.beta2 = config.beta2;
+  optimizer.epsilon = config.epsilon;
+  optimizer.l2 = 0.0f;
+  return optimizer;
+}
+
+dense_actor spawn_dense(caf::actor_system& system, const dense_config& config,
+                        std::vector<float> initial) {
+  auto behavior = [](dense_actor::stateful_pointer<dense_state> self, dense_config cfg,
+                     std::vector<float> weights) -> dense_actor::behavior_type {
+    auto& st = self->state;
+    st.layout = row_layout{static_cast<uint32_t>(weights.size()), optimizer_kind::adam, true};
+    st.optimizer = dense_optimizer(cfg);
+    st.record.assign(st.layout.record_bytes(), std::byte{0});
+    std::copy(weights.begin(), weights.end(), weights_of(st.record.data()));
+    init_optimizer_state(st.optimizer, st.layout, st.record.data());
+    return {
+        [self](push_dense_atom, const std::vector<float>& grads) -> caf::result<uint64_t> {
+          auto& s = self->state;
+          if (grads.size() != s.layout.dim)
+            return caf::make_error(caf::sec::invalid_argument,
+                                   "push_dense: " + std::to_string(grads.size()) +
+                                       " gradients for " + std::to_string(s.layout.dim) +
+                                       " dense weights");
+          apply_optimizer(s.optimizer, s.layout, s.record.data(), grads.data());
+          return uint64_t{adam_step(s.layout, s.record.data())};
+        },
+        [self](pull_dense_atom) {
+          auto& s = self->state;
+          dense_weights out;
+          out.step = adam_step(s.layout, s.record.data());
+          const float* w = weights_of(s.record.data());
+          out.weights.assign(w, w + s.layout.dim);
+          return out;
+        },
+    };
+  };
+  return system.spawn(behavior, config, std::move(initial));
+}
+
+}  // namespace strata::actors

@@ -1,0 +1,70 @@
+// The training side of strata's protocol: the typed interfaces of the worker
+// and coordinator actors and the messages only they exchange. The storage
+// actors (shard, ssd_flush, cache tier) and the dense actor are declared in
+// actors/protocol.hpp; this header adds what drives training on top of
+// them. Every struct has an inspect() and is registered by
+// add_training_message_types() so it can cross processes later.
+#pragma once
+
+#include <cstdint>
+
+#include <caf/all.hpp>
+
+#include "actors/protocol.hpp"
+
+namespace strata::actors {
+
+// A worker's answer to run: what it did since the run began, and whether its
+// data is exhausted. Sent only once every push of those batches has been
+// acknowledged by its owner, so the coordinator may end a pass or drain.
+struct worker_result {
+  uint32_t worker = 0;
+  uint64_t batches = 0;   // batches trained during this run
+  uint64_t examples = 0;  // examples trained during this run
+  double loss_sum = 0;    // sum of per-example logloss during this run
+  uint64_t bad_lines = 0;  // skipped input lines so far (whole stream)
+  bool finished = false;   // no more data (or max_batches reached)
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, worker_result& x) {
+  return f(caf::meta::type_name("worker_result"), x.worker, x.batches, x.examples, x.loss_sum,
+           x.bad_lines, x.finished);
+}
+
+// The coordinator's answer to run, sent after the graceful stop (pushes
+// acknowledged, caches written back, shards drained and synced).
+struct training_summary {
+  uint64_t batches = 0;
+  uint64_t examples = 0;
+  double loss_sum = 0;   // sum of per-example logloss over the whole run
+  double tail_loss = 0;  // mean per-example logloss over the last 10% of batches
+  uint64_t bad_lines = 0;
+  uint64_t passes = 0;  // pass mode: passes cut (0 in async mode)
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, training_summary& x) {
+  return f(caf::meta::type_name("training_summary"), x.batches, x.examples, x.loss_sum,
+           x.tail_loss, x.bad_lines, x.passes);
+}
+
+// A worker: one data stream and a model replica.
+using worker_actor = caf::typed_actor<
+    // Train `batches` more batches (0: until the data ends), then reply once
+    // their pushes are acknowledged. Progress reports go to the sender of
+    // run, which must be a coordinator_actor. One run at a time.
+    caf::replies_to<run_atom, uint64_t>::with<worker_result>>;
+
+// The coordinator: drives the workers (async mode: one run to the end; pass
+// mode: one run per pass, caches ended and started in between), collects
+// progress, and stops the cluster gracefully.
+using coordinator_actor = caf::typed_actor<
+    // Train to the end, stop gracefully, reply with the summary.
+    caf::replies_to<run_atom>::with<training_summary>,
+    // A worker's progress since its last report.
+    caf::reacts_to<progress_atom, progress_report>>;
+
+// Registers every message type above (and the ones of protocol.hpp it uses)
+// with a CAF config. Call it next to add_message_types().
+void add_training_message_types(caf::actor_system_config& config);
+
+}  // namespace strata::actors
