@@ -1,1 +1,403 @@
+#include "actors/worker_actor.hpp"
 
+#include <deque>
+#include <optional>
+#include <string>
+
+#include <caf/all.hpp>
+
+#include "common/hash.hpp"
+#include "model/reader.hpp"
+#include "tiers/row.hpp"
+
+namespace strata::actors {
+namespace {
+
+// --- the default seams ---------------------------------------------------------
+
+class reader_source final : public batch_source {
+ public:
+  reader_source(model::reader_config config, uint32_t epochs,
+                std::unique_ptr<model::reader> first)
+      : config_(std::move(config)), epochs_left_(epochs), reader_(std::move(first)) {}
+
+  expected<model::batch> next(size_t n) override {
+    while (true) {
+      auto batch = reader_->next_batch(n);
+      if (!batch) return batch.err();
+      if (!batch->examples.empty() || epochs_left_ <= 1) return batch;
+      // The end of one epoch: start the next one on a fresh reader.
+      bad_lines_done_ += reader_->bad_lines().size();
+      --epochs_left_;
+      auto reopened = model::reader::open(config_);
+      if (!reopened) return reopened.err();
+      reader_ = std::move(*reopened);
+    }
+  }
+  uint64_t bad_lines() const override { return bad_lines_done_ + reader_->bad_lines().size(); }
+
+ private:
+  model::reader_config config_;
+  uint32_t epochs_left_;
+  std::unique_ptr<model::reader> reader_;
+  uint64_t bad_lines_done_ = 0;
+};
+
+class model_gradients final : public gradient_source {
+ public:
+  explicit model_gradients(const model::model_config& config) : model_(config) {}
+  model::batch_result compute(const model::batch& batch, std::span<const float> rows,
+                              std::span<const float> dense) override {
+    return model_.forward_backward(batch, rows, dense);
+  }
+
+ private:
+  model::ctr_model model_;
+};
+
+// --- the worker ----------------------------------------------------------------
+
+// A batch read ahead: its keys split into routes, one per cache tier it
+// talks to (route r goes to peers.caches[r]).
+struct pending_batch {
+  model::batch batch;
+  size_t key_count = 0;
+  std::vector<std::vector<uint64_t>> route_keys;
+  // Positions in batch.keys() of route_keys[r]; empty for the single route
+  // of async mode, which carries every position in order.
+  std::vector<std::vector<uint32_t>> route_positions;
+};
+
+struct worker_state {
+  static inline const char* name = "strata.worker";
+
+  worker_config config;
+  row_layout layout;
+  worker_peers peers;
+  std::shared_ptr<batch_source> source;
+  std::shared_ptr<gradient_source> gradients;
+  coordinator_actor report_to;
+
+  // The pipeline.
+  std::deque<pending_batch> ahead;  // read and prefetched, not yet trained
+  bool data_end = false;
+  uint64_t batches_read = 0;
+  bool lookup_outstanding = false;
+  size_t lookup_replies_missing = 0;
+  std::vector<float> rows;           // row weights of the head batch, per position
+  std::vector<float> dense;          // the replica's dense weights
+  bool dense_pull_pending = false;
+  uint32_t dense_pushes_outstanding = 0;
+  uint32_t in_flight = 0;  // batches with pushes not yet acknowledged
+  uint64_t steps = 0;
+
+  // The current run.
+  std::optional<caf::typed_response_promise<worker_result>> run;
+  uint64_t grant = 0;  // batches this run may start (0: no bound)
+  uint64_t started_in_run = 0;
+  worker_result result;
+  std::optional<caf::error> failure;  // sticky: the worker stops training
+};
+
+using worker_pointer = worker_actor::stateful_pointer<worker_state>;
+
+void pump(worker_pointer self);
+
+void fail(worker_pointer self, caf::error err) {
+  auto& st = self->state;
+  if (!st.failure) st.failure = std::move(err);
+  if (st.run) {
+    st.run->deliver(*st.failure);
+    st.run.reset();
+  }
+}
+
+pending_batch make_pending(const worker_state& st, model::batch batch) {
+  pending_batch p;
+  auto keys = batch.keys();
+  p.key_count = keys.size();
+  p.batch = std::move(batch);
+  if (st.peers.mode == training_mode::async) {
+    p.route_keys.push_back(std::move(keys));
+    p.route_positions.emplace_back();
+    return p;
+  }
+  const auto owners = static_cast<uint32_t>(st.peers.caches.size());
+  p.route_keys.resize(owners);
+  p.route_positions.resize(owners);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const uint32_t owner = pass_owner_of(keys[i], owners);
+    p.route_keys[owner].push_back(keys[i]);
+    p.route_positions[owner].push_back(static_cast<uint32_t>(i));
+  }
+  return p;
+}
+
+size_t position_of(const pending_batch& p, size_t route, size_t j) {
+  return p.route_positions[route].empty() ? j : p.route_positions[route][j];
+}
+
+bool may_start_batch(const worker_state& st) {
+  return st.run && (st.grant == 0 || st.started_in_run < st.grant);
+}
+
+// Reads batches until prefetch_depth batches wait behind the head.
+void read_ahead(worker_pointer self) {
+  auto& st = self->state;
+  const size_t target = size_t{st.config.prefetch_depth} + 1;
+  while (st.ahead.size() < target && !st.data_end) {
+    if (st.config.max_batches != 0 && st.batches_read >= st.config.max_batches) {
+      st.data_end = true;
+      break;
+    }
+    auto batch = st.source->next(st.config.batch_size);
+    if (!batch) {
+      fail(self, caf::make_error(caf::sec::runtime_error,
+                                 "worker " + std::to_string(st.config.index) + ": " +
+                                     batch.err().to_string()));
+      return;
+    }
+    if (batch->examples.empty()) {
+      st.data_end = true;
+      break;
+    }
+    ++st.batches_read;
+    // The head is looked up at once when nothing blocks it; every other
+    // batch is prefetched so its rows are warm by the time it is looked up.
+    const bool looked_up_now = st.ahead.empty() && !st.lookup_outstanding &&
+                               st.in_flight < st.config.max_in_flight && may_start_batch(st);
+    st.ahead.push_back(make_pending(st, std::move(*batch)));
+    if (looked_up_now) continue;
+    const auto& p = st.ahead.back();
+    for (size_t r = 0; r < p.route_keys.size(); ++r)
+      if (!p.route_keys[r].empty()) self->send(st.peers.caches[r], prefetch_atom::value, p.route_keys[r]);
+  }
+}
+
+void train_head(worker_pointer self) {
+  auto& st = self->state;
+  auto& head = st.ahead.front();
+  const uint32_t dim = st.layout.dim;
+  auto out = st.gradients->compute(head.batch, st.rows, st.dense);
+  if (out.row_grads.size() != head.key_count * dim) {
+    fail(self, caf::make_error(caf::sec::runtime_error,
+                               "worker " + std::to_string(st.config.index) +
+                                   ": gradient source returned " +
+                                   std::to_string(out.row_grads.size()) + " row gradients for " +
+                                   std::to_string(head.key_count) + " keys of dim " +
+                                   std::to_string(dim)));
+    return;
+  }
+  // Sparse gradients to the keys' owners; the batch is in flight until
+  // every owner has acknowledged its part.
+  auto acks_missing = std::make_shared<size_t>(0);
+  for (size_t r = 0; r < head.route_keys.size(); ++r) {
+    if (head.route_keys[r].empty()) continue;
+    push_request push;
+    push.keys = std::move(head.route_keys[r]);
+    if (head.route_positions[r].empty()) {
+      push.grads = std::move(out.row_grads);
+    } else {
+      push.grads.resize(push.keys.size() * dim);
+      for (size_t j = 0; j < push.keys.size(); ++j) {
+        const float* g = out.row_grads.data() + size_t{head.route_positions[r][j]} * dim;
+        std::copy(g, g + dim, push.grads.data() + j * dim);
+      }
+    }
+    ++*acks_missing;
+    self->request(st.peers.caches[r], caf::infinite, push_atom::value, std::move(push))
+        .then(
+            [self, acks_missing](const push_ack&) {
+              if (--*acks_missing == 0) {
+                --self->state.in_flight;
+                pump(self);
+              }
+            },
+            [self](caf::error& err) { fail(self, std::move(err)); });
+  }
+  if (*acks_missing > 0) ++st.in_flight;
+
+  // The dense gradient, and fresh dense weights every N steps. The pull is
+  // sent after the push, so (FIFO per peer) it sees this step applied.
+  ++st.steps;
+  if (!out.dense_grads.empty()) {
+    ++st.dense_pushes_outstanding;
+    self->request(st.peers.dense, caf::infinite, push_dense_atom::value, std::move(out.dense_grads))
+        .then(
+            [self](uint64_t) {
+              --self->state.dense_pushes_outstanding;
+              pump(self);
+            },
+            [self](caf::error& err) { fail(self, std::move(err)); });
+  }
+  if (st.config.pull_dense_every != 0 && st.steps % st.config.pull_dense_every == 0) {
+    st.dense_pull_pending = true;
+    self->request(st.peers.dense, caf::infinite, pull_dense_atom::value)
+        .then(
+            [self](dense_weights& w) {
+              self->state.dense = std::move(w.weights);
+              self->state.dense_pull_pending = false;
+              pump(self);
+            },
+            [self](caf::error& err) { fail(self, std::move(err)); });
+  }
+
+  progress_report report;
+  report.worker = st.config.index;
+  report.batches = 1;
+  report.examples = head.batch.examples.size();
+  report.loss_sum = out.loss * static_cast<double>(report.examples);
+  st.result.batches += 1;
+  st.result.examples += report.examples;
+  st.result.loss_sum += report.loss_sum;
+  if (st.report_to) self->send(st.report_to, progress_atom::value, report);
+
+  st.ahead.pop_front();
+  st.lookup_outstanding = false;
+}
+
+void lookup_head(worker_pointer self) {
+  auto& st = self->state;
+  auto& head = st.ahead.front();
+  const uint32_t dim = st.layout.dim;
+  const size_t record_bytes = st.layout.record_bytes();
+  st.lookup_outstanding = true;
+  ++st.started_in_run;
+  st.rows.assign(head.key_count * dim, 0.0f);
+  st.lookup_replies_missing = 0;
+  for (size_t r = 0; r < head.route_keys.size(); ++r) {
+    if (head.route_keys[r].empty()) continue;
+    ++st.lookup_replies_missing;
+    const size_t expected = head.route_keys[r].size();
+    self->request(st.peers.caches[r], caf::infinite, lookup_atom::value, head.route_keys[r])
+        .then(
+            [self, r, expected, dim, record_bytes](const lookup_reply& reply) {
+              auto& s = self->state;
+              if (reply.rows.keys.size() != expected ||
+                  reply.rows.records.size() != expected * record_bytes) {
+                fail(self, caf::make_error(caf::sec::runtime_error,
+                                           "worker " + std::to_string(s.config.index) +
+                                               ": lookup reply of " +
+                                               std::to_string(reply.rows.keys.size()) +
+                                               " rows for " + std::to_string(expected) + " keys"));
+                return;
+              }
+              const auto& head = s.ahead.front();
+              const auto* records = reinterpret_cast<const std::byte*>(reply.rows.records.data());
+              for (size_t j = 0; j < expected; ++j) {
+                const float* w = weights_of(records + j * record_bytes);
+                std::copy(w, w + dim, s.rows.data() + position_of(head, r, j) * dim);
+              }
+              --s.lookup_replies_missing;
+              pump(self);
+            },
+            [self](caf::error& err) { fail(self, std::move(err)); });
+  }
+}
+
+void finish_run_if_done(worker_pointer self) {
+  auto& st = self->state;
+  if (!st.run || st.lookup_outstanding || st.in_flight != 0 || st.dense_pushes_outstanding != 0)
+    return;
+  const bool exhausted = st.ahead.empty() && st.data_end;
+  const bool granted_done = st.grant != 0 && st.started_in_run >= st.grant;
+  if (!exhausted && !granted_done) return;
+  st.result.worker = st.config.index;
+  st.result.bad_lines = st.source->bad_lines();
+  st.result.finished = exhausted;
+  st.run->deliver(st.result);
+  st.run.reset();
+}
+
+void pump(worker_pointer self) {
+  auto& st = self->state;
+  while (!st.failure) {
+    read_ahead(self);
+    if (st.failure) return;
+    if (st.lookup_outstanding) {
+      if (st.lookup_replies_missing != 0 || st.dense_pull_pending) break;
+      train_head(self);  // rows and dense weights are in
+      continue;
+    }
+    if (!st.ahead.empty() && st.in_flight < st.config.max_in_flight && may_start_batch(st)) {
+      lookup_head(self);
+      continue;
+    }
+    break;
+  }
+  if (!st.failure) finish_run_if_done(self);
+}
+
+worker_actor::behavior_type worker_behavior(worker_pointer self, worker_config config,
+                                            row_layout layout, worker_peers peers,
+                                            std::shared_ptr<batch_source> batches,
+                                            std::shared_ptr<gradient_source> gradients) {
+  auto& st = self->state;
+  st.config = std::move(config);
+  if (st.config.max_in_flight == 0) st.config.max_in_flight = 1;
+  if (st.config.batch_size == 0) st.config.batch_size = 1;
+  st.layout = layout;
+  st.peers = std::move(peers);
+  st.source = std::move(batches);
+  st.gradients = std::move(gradients);
+  if (st.peers.caches.empty())
+    st.failure = caf::make_error(caf::sec::invalid_argument,
+                                 "worker " + std::to_string(st.config.index) + ": no cache tier");
+  // The replica starts from the dense actor's weights.
+  st.dense_pull_pending = true;
+  self->request(st.peers.dense, caf::infinite, pull_dense_atom::value)
+      .then(
+          [self](dense_weights& w) {
+            self->state.dense = std::move(w.weights);
+            self->state.dense_pull_pending = false;
+            pump(self);
+          },
+          [self](caf::error& err) { fail(self, std::move(err)); });
+  return {
+      [self](run_atom, uint64_t batches) -> caf::typed_response_promise<worker_result> {
+        auto& s = self->state;
+        auto promise = self->make_response_promise<worker_result>();
+        if (s.failure) {
+          promise.deliver(*s.failure);
+          return promise;
+        }
+        if (s.run) {
+          promise.deliver(caf::make_error(caf::sec::invalid_argument,
+                                          "worker " + std::to_string(s.config.index) +
+                                              ": run while a run is active"));
+          return promise;
+        }
+        s.report_to = caf::actor_cast<coordinator_actor>(self->current_sender());
+        s.run = promise;
+        s.grant = batches;
+        s.started_in_run = 0;
+        s.result = worker_result{};
+        pump(self);
+        return promise;
+      },
+  };
+}
+
+}  // namespace
+
+expected<std::unique_ptr<batch_source>> open_reader_source(const worker_config& config) {
+  auto reader = model::reader::open(config.data);
+  if (!reader) return reader.err();
+  return std::unique_ptr<batch_source>(
+      std::make_unique<reader_source>(config.data, std::max<uint32_t>(config.epochs, 1),
+                                      std::move(*reader)));
+}
+
+std::unique_ptr<gradient_source> make_model_gradients(const model::model_config& config) {
+  return std::make_unique<model_gradients>(config);
+}
+
+worker_actor spawn_worker(caf::actor_system& system, const worker_config& config,
+                          const row_layout& layout, worker_peers peers,
+                          std::shared_ptr<batch_source> batches,
+                          std::shared_ptr<gradient_source> gradients) {
+  return system.spawn(worker_behavior, config, layout, std::move(peers), std::move(batches),
+                      std::move(gradients));
+}
+
+}  // namespace strata::actors

@@ -1,0 +1,88 @@
+// The coordinator actor, and the composition of one node's training
+// cluster around it.
+//
+// The coordinator drives training and stops it gracefully:
+//   async mode: every worker runs to the end of its data;
+//   pass mode:  pass_start(p) to every cache tier, then every worker runs
+//               pass_batches batches; a worker answers once its pushes are
+//               acknowledged, so when all have answered the pass's updates
+//               are all in the caches; pass_end(p) to every cache tier
+//               (each writes its dirty rows back to the shards), then the
+//               next pass, until every worker's data has ended.
+// Then the graceful stop: drain every cache tier (write-back), then every
+// shard (every dirty row written down, LMDB synced), then the summary is
+// the reply to run. Workers report progress per batch; the coordinator
+// hands a running total to a progress sink on its own thread. Any error
+// (a worker's data, a tier's I/O) fails the run with that error; the
+// cluster is then stopped by its owner without a drain.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include <caf/fwd.hpp>
+
+#include "actors/config.hpp"
+#include "actors/local_cluster.hpp"
+#include "actors/partition_map.hpp"
+#include "actors/protocol.hpp"
+#include "actors/training_protocol.hpp"
+#include "actors/worker_actor.hpp"
+#include "common/error.hpp"
+
+namespace strata::actors {
+
+// Called by the coordinator (its thread, one call at a time) after every
+// progress report with running totals; seconds and examples_per_s are left
+// 0 (actors read no clock: the sink's owner adds time).
+using progress_sink = std::function<void(const training_progress&)>;
+
+struct coordinator_peers {
+  std::vector<worker_actor> workers;
+  std::vector<cache_tier_actor> caches;
+  std::vector<shard_actor> shards;
+};
+
+coordinator_actor spawn_coordinator(caf::actor_system& system, training_mode mode,
+                                    uint64_t pass_batches, coordinator_peers peers,
+                                    progress_sink sink = {});
+
+// Where each worker's batches and gradients come from, and the dense
+// actor's initial weights. Unset members take the defaults: the reader over
+// worker_config.data, the CTR model of cluster_config.model, and
+// ctr_model::initial_dense(). Tests set them (e.g. the exact-sum test's
+// synthetic batches and integer increments).
+struct worker_seams {
+  std::function<expected<std::shared_ptr<batch_source>>(const worker_config&)> batches;
+  std::function<std::shared_ptr<gradient_source>(const worker_config&)> gradients;
+  std::optional<std::vector<float>> initial_dense;
+};
+
+// Every actor of one node's training cluster. The caller owns their
+// lifetime: stop() sends every actor an exit (the actor system's
+// destructor waits for them).
+struct training_cluster {
+  partition_map map;
+  std::vector<shard_actor> shards;
+  std::vector<cache_tier_actor> caches;
+  dense_actor dense;
+  std::vector<worker_actor> workers;
+  coordinator_actor coordinator;
+
+  void stop();
+};
+
+// Spawns shards (config.shards), cache tiers (config.caches, over a
+// partition map of config.partitions onto the shards), the dense actor,
+// the workers and the coordinator. Async mode: worker w uses cache tier
+// w % caches; pass mode: every worker talks to every cache tier. Errors
+// (bad config, LMDB paths) stop whatever was already spawned.
+expected<training_cluster> spawn_training_cluster(caf::actor_system& system,
+                                                  const cluster_config& config,
+                                                  const worker_seams& seams = {},
+                                                  progress_sink sink = {});
+
+}  // namespace strata::actors
