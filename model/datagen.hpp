@@ -3,13 +3,19 @@
 // trained model can be judged against the best achievable.
 //
 // Keys per categorical slot follow a power law (Zipf, exponent `zipf`)
-// over `distinct_keys` values in all; integer features are drawn from
-// per-example log-normal noise. The planted model is logistic: each
-// categorical value has a hidden weight (normal, stddev `weight_stddev`),
-// the logit is their sum plus a bias, and the label is Bernoulli(sigmoid).
-// The planted model's own AUC and logloss on the generated rows are
-// written next to the data (PATH.planted: "auc X\nlogloss Y\n").
-// Deterministic in `seed`.
+// over `distinct_keys` values in all (distinct_keys / 26 per slot, each an
+// 8-hex-digit string); categorical slots 20..25 are empty in 10% of rows.
+// Integer features are per-example log-normal noise (no signal), each
+// column with its own missing rate. The planted model is logistic: each
+// categorical value has a hidden weight, normal with stddev
+// weight_stddev / sqrt(26), so that the logit -- their sum plus `bias` --
+// spreads with a stddev of about weight_stddev; the label is
+// Bernoulli(sigmoid(logit)). With the defaults: ~23% positives, planted
+// AUC ~0.68, logloss ~0.51. The planted model's own AUC and logloss on the
+// generated rows (AUC over the first 20M) are written next to the data
+// (PATH.planted: "auc X\nlogloss Y\n"). Deterministic in `seed`.
+// Memory: ~12 bytes per distinct key plus 8 per row (up to 20M rows).
+// ~0.5M rows/s on one core.
 #pragma once
 
 #include <cstdint>
@@ -26,7 +32,7 @@ struct datagen_config {
   uint64_t distinct_keys = 1000000;  // across all 26 categorical slots
   double zipf = 1.1;
   double weight_stddev = 0.7;
-  double bias = -1.3;  // about 25% positives
+  double bias = -1.3;  // about 23% positives with the defaults
   uint64_t seed = 42;
 };
 

@@ -218,20 +218,22 @@ class criteo_tsv_reader final : public line_reader {
     split(line, '\t', fields_);
     if (fields_.size() != 1 + integers + categoricals) return "wrong column count (want 40)";
     if (!parse_label(fields_[0], out.label)) return "bad label";
-    out.features.reserve(integers + categoricals);
+    out.features.resize(integers + categoricals);  // trimmed below
+    feature* next = out.features.data();
     for (uint32_t i = 0; i < integers; ++i) {
       const std::string_view f = fields_[1 + i];
       if (f.empty()) continue;
       int64_t v;
       if (!parse_integer(f, v)) return "unparsable integer";
-      out.features.push_back({i, integer_key(i, v), 1.0f});
+      *next++ = {i, integer_key(i, v), 1.0f};
     }
     for (uint32_t c = 0; c < categoricals; ++c) {
       const std::string_view f = fields_[1 + integers + c];
       if (f.empty()) continue;
       const uint32_t slot = integers + c;
-      out.features.push_back({slot, categorical_key(slot, f), 1.0f});
+      *next++ = {slot, categorical_key(slot, f), 1.0f};
     }
+    out.features.resize(static_cast<size_t>(next - out.features.data()));
     return nullptr;
   }
 };
