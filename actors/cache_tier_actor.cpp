@@ -230,74 +230,113 @@ void fill_rows(cache_pointer self, std::shared_ptr<pending_fill> fill, bool coun
   }
 }
 
+void push_to_shards(cache_pointer self, const push_request& req,
+                    std::function<void(push_ack)> done, std::function<void(caf::error&)> fail);
+
 // Pass mode: applies gradients in the cache; missing rows are pulled first.
-void apply_in_cache(cache_pointer self, const push_request& req,
-                    caf::typed_response_promise<push_ack> promise) {
+// Rows that still don't fit (a batch larger than the cache) are pushed to
+// their shards, which apply them as in async mode: in pass mode this cache
+// owns the key, and its write-back of the key, if any, reaches the shard
+// first (per-peer FIFO). Versions for the ack are read right after each
+// update, before a later insert can evict the row.
+struct pass_push {
+  push_request req;
+  push_ack ack;
+  caf::typed_response_promise<push_ack> promise;
+};
+
+// Updates the positions `which` of p->req in the cache; returns the
+// positions (into p->req) that missed and records the others' versions.
+std::vector<uint32_t> update_positions(cache_pointer self, pass_push& p,
+                                       const std::vector<uint32_t>& which) {
   auto& st = self->state;
   const uint32_t dim = st.config.table.layout.dim;
-  std::vector<uint32_t> misses(req.keys.size());
+  std::vector<uint64_t> keys;
+  std::vector<float> grads;
+  for (uint32_t i : which) {
+    keys.push_back(p.req.keys[i]);
+    grads.insert(grads.end(), p.req.grads.begin() + size_t{i} * dim,
+                 p.req.grads.begin() + size_t{i + 1} * dim);
+  }
+  std::vector<uint32_t> misses(keys.size());
   cache_counts counts;
   run_sync("cache update", [&](cache_completion done) {
-    st.cache->update(host_span(std::span<const uint64_t>(req.keys)),
-                     host_span(std::span<const float>(req.grads)), st.config.table.optimizer,
+    st.cache->update(host_span(std::span<const uint64_t>(keys)),
+                     host_span(std::span<const float>(grads)), st.config.table.optimizer,
                      host_span(std::span<uint32_t>(misses)), counts, std::move(done));
   });
   misses.resize(counts.misses);
-  auto ack = [self, keys = req.keys, promise]() mutable {
-    auto& st = self->state;
-    std::vector<std::byte> rows(keys.size() * st.record_bytes);
-    std::vector<uint32_t> missing(keys.size());
-    cache_counts c;
-    run_sync("cache query", [&](cache_completion done) {
-      st.cache->query(host_span(std::span<const uint64_t>(keys)),
-                      host_span(std::span<std::byte>(rows)), host_span(std::span<uint32_t>(missing)),
-                      c, std::move(done));
-    });
-    missing.resize(c.misses);
-    push_ack out;
-    out.versions.resize(keys.size());
-    size_t m = 0;
-    for (uint32_t i = 0; i < keys.size(); ++i) {
-      if (m < missing.size() && missing[m] == i) {
-        ++m;
-        out.versions[i] = 0;  // not admitted, or evicted at once by this batch
-        continue;
-      }
-      out.versions[i] = meta_of(rows.data() + size_t{i} * st.record_bytes).version;
+  std::vector<std::byte> rows(keys.size() * st.record_bytes);
+  std::vector<uint32_t> absent(keys.size());
+  cache_counts q;
+  run_sync("cache query", [&](cache_completion done) {
+    st.cache->query(host_span(std::span<const uint64_t>(keys)), host_span(std::span<std::byte>(rows)),
+                    host_span(std::span<uint32_t>(absent)), q, std::move(done));
+  });
+  absent.resize(q.misses);
+  std::vector<uint32_t> missed;
+  size_t m = 0, a = 0;
+  for (uint32_t j = 0; j < keys.size(); ++j) {
+    const bool is_miss = m < misses.size() && misses[m] == j;
+    if (is_miss) ++m;
+    const bool is_absent = a < absent.size() && absent[a] == j;
+    if (is_absent) ++a;
+    if (is_miss) {
+      missed.push_back(which[j]);
+    } else if (!is_absent) {
+      p.ack.versions[which[j]] = meta_of(rows.data() + size_t{j} * st.record_bytes).version;
     }
-    promise.deliver(std::move(out));
-  };
+  }
+  return missed;
+}
+
+void apply_in_cache(cache_pointer self, const push_request& req,
+                    caf::typed_response_promise<push_ack> promise) {
+  auto p = std::make_shared<pass_push>();
+  p->req = req;
+  p->ack.versions.assign(req.keys.size(), 0);
+  p->promise = promise;
+  std::vector<uint32_t> all(req.keys.size());
+  for (uint32_t i = 0; i < all.size(); ++i) all[i] = i;
+  auto misses = update_positions(self, *p, all);
   if (misses.empty()) {
-    ack();
+    p->promise.deliver(std::move(p->ack));
     return;
   }
   // Bring the missing rows in, then apply their gradients.
   auto fill = std::make_shared<pending_fill>();
-  push_request rest;
-  for (uint32_t i : misses) {
-    rest.keys.push_back(req.keys[i]);
-    rest.grads.insert(rest.grads.end(), req.grads.begin() + size_t{i} * dim,
-                      req.grads.begin() + size_t{i + 1} * dim);
-  }
-  fill->keys = rest.keys;
-  fill->fail = [promise](caf::error& err) mutable { promise.deliver(err); };
-  fill->then = [self, rest = std::move(rest), ack]() mutable {
+  for (uint32_t i : misses) fill->keys.push_back(req.keys[i]);
+  fill->fail = [p](caf::error& err) { p->promise.deliver(err); };
+  fill->then = [self, p, misses]() {
     auto& st = self->state;
-    std::vector<uint32_t> still(rest.keys.size());
-    cache_counts c;
-    run_sync("cache update", [&](cache_completion done) {
-      st.cache->update(host_span(std::span<const uint64_t>(rest.keys)),
-                       host_span(std::span<const float>(rest.grads)), st.config.table.optimizer,
-                       host_span(std::span<uint32_t>(still)), c, std::move(done));
-    });
-    ack();
+    const uint32_t dim = st.config.table.layout.dim;
+    auto still = update_positions(self, *p, misses);
+    if (still.empty()) {
+      p->promise.deliver(std::move(p->ack));
+      return;
+    }
+    push_request overflow;
+    for (uint32_t i : still) {
+      overflow.keys.push_back(p->req.keys[i]);
+      overflow.grads.insert(overflow.grads.end(), p->req.grads.begin() + size_t{i} * dim,
+                            p->req.grads.begin() + size_t{i + 1} * dim);
+    }
+    push_to_shards(
+        self, overflow,
+        [p, still](push_ack shard_ack) {
+          // Positions whose key was not admitted stay 0.
+          for (size_t j = 0; j < still.size(); ++j) p->ack.versions[still[j]] = shard_ack.versions[j];
+          p->promise.deliver(std::move(p->ack));
+        },
+        [p](caf::error& err) { p->promise.deliver(err); });
   };
   fill_rows(self, fill, false);
 }
 
-// Async mode: the owning shards apply the gradients; refresh from replies.
-void forward_push(cache_pointer self, const push_request& req,
-                  caf::typed_response_promise<push_ack> promise) {
+// The owning shards apply the gradients and return the updated rows, which
+// refresh this cache's copies; `done` gets the per-position versions.
+void push_to_shards(cache_pointer self, const push_request& req,
+                    std::function<void(push_ack)> done, std::function<void(caf::error&)> fail) {
   auto& st = self->state;
   const uint32_t dim = st.config.table.layout.dim;
   auto groups = st.map.group(req.keys);
@@ -305,13 +344,15 @@ void forward_push(cache_pointer self, const push_request& req,
     std::vector<uint64_t> keys;
     push_ack ack;
     size_t outstanding = 0;
-    caf::typed_response_promise<push_ack> promise;
     bool failed = false;
+    std::function<void(push_ack)> done;
+    std::function<void(caf::error&)> fail;
   };
   auto p = std::make_shared<pending_push>();
   p->keys = req.keys;
   p->ack.versions.assign(req.keys.size(), 0);
-  p->promise = promise;
+  p->done = std::move(done);
+  p->fail = std::move(fail);
   for (uint32_t s = 0; s < groups.size(); ++s) {
     if (groups[s].empty()) continue;
     push_request part;
@@ -333,15 +374,22 @@ void forward_push(cache_pointer self, const push_request& req,
               for (size_t i = 0; i < p->keys.size(); ++i)
                 if (auto it = version.find(p->keys[i]); it != version.end())
                   p->ack.versions[i] = it->second;
-              insert(self, reply.rows.keys, in, false);
-              if (--p->outstanding == 0 && !p->failed) p->promise.deliver(std::move(p->ack));
+              if (st.mode == training_mode::async) insert(self, reply.rows.keys, in, false);
+              if (--p->outstanding == 0 && !p->failed) p->done(std::move(p->ack));
             },
             [p](caf::error& err) {
-              if (!p->failed) p->promise.deliver(err);
+              if (!p->failed) p->fail(err);
               p->failed = true;
             });
   }
-  if (p->outstanding == 0) p->promise.deliver(std::move(p->ack));
+  if (p->outstanding == 0) p->done(std::move(p->ack));
+}
+
+void forward_push(cache_pointer self, const push_request& req,
+                  caf::typed_response_promise<push_ack> promise) {
+  push_to_shards(
+      self, req, [promise](push_ack ack) mutable { promise.deliver(std::move(ack)); },
+      [promise](caf::error& err) mutable { promise.deliver(err); });
 }
 
 // Writes every dirty row back; `promise` is answered once all are acked.

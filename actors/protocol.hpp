@@ -119,11 +119,14 @@ struct tier_stats {
   std::vector<uint64_t> chain_hits;
   uint64_t initialized = 0;
   uint64_t lmdb_rows = 0;
+  uint64_t flushes_in_flight = 0;   // shard: batches sent to ssd_flush, not yet confirmed
+  uint64_t write_behind_rows = 0;   // shard: rows held until LMDB confirms them
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, tier_stats& x) {
   return f(caf::meta::type_name("tier_stats"), x.name, x.hits, x.misses, x.evictions,
-           x.flushed_rows, x.rows, x.chain_hits, x.initialized, x.lmdb_rows);
+           x.flushed_rows, x.rows, x.chain_hits, x.initialized, x.lmdb_rows, x.flushes_in_flight,
+           x.write_behind_rows);
 }
 
 // A worker's progress since its last report.

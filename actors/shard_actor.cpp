@@ -168,6 +168,8 @@ shard_actor::behavior_type shard_behavior(shard_pointer self, shard_config confi
         out.chain_hits = chain.stats().hits_per_tier;
         out.initialized = chain.stats().initialized;
         out.lmdb_rows = chain.durable() ? chain.durable()->size() : 0;
+        out.flushes_in_flight = st.in_flight.size();
+        out.write_behind_rows = chain.write_behind().size();
         return out;
       },
   };

@@ -1,1 +1,233 @@
+#include "actors/shard_actor.hpp"
+
 #include <gtest/gtest.h>
+
+#include "actors/row_batch_util.hpp"
+#include "tests/actors/actor_test_util.hpp"
+#include "tests/tiers/test_util.hpp"
+
+namespace strata::actors {
+namespace {
+
+using strata::testing::actor_harness;
+using strata::testing::temp_dir;
+
+table_config exact_sum_table(uint32_t dim) {
+  table_config t;
+  t.name = "emb";
+  t.layout = row_layout{dim, optimizer_kind::sgd, true};
+  t.optimizer.kind = optimizer_kind::sgd;
+  t.optimizer.learning_rate = 1.0f;
+  t.initializer.kind = initializer_kind::zeros;
+  return t;
+}
+
+shard_config make_shard(const temp_dir& dir, uint32_t index, const table_config& table,
+                        size_t dram_rows) {
+  shard_config c;
+  c.index = index;
+  c.table = table;
+  c.dram.capacity_bytes = dram_tier::budget_for_rows(table.layout, c.dram.policy, dram_rows);
+  c.lmdb.directory = dir.path() / ("shard" + std::to_string(index));
+  c.lmdb.table = table.name;
+  c.lmdb.partitions = 64;
+  c.lmdb.map_bytes = size_t{1} << 30;
+  c.flush_batch_rows = 8;
+  c.max_flushes_in_flight = 2;
+  c.flush_on_own_thread = false;  // everything on the test scheduler
+  return c;
+}
+
+float weight(const pull_reply& r, const row_layout& layout, size_t i, uint32_t j = 0) {
+  return weights_of(rows_of(r.rows, layout)[i])[j];
+}
+
+struct shard_fixture : ::testing::Test {
+  temp_dir dir;
+  actor_harness h;
+  table_config table = exact_sum_table(2);
+  shard_actor shard;
+  void SetUp() override {
+    auto s = spawn_shard(h.system(), make_shard(dir, 0, table, 16));
+    ASSERT_TRUE(s) << s.err().to_string();
+    shard = *s;
+  }
+  void push(const std::vector<uint64_t>& keys, float inc) {
+    push_request req;
+    req.keys = keys;
+    req.grads.assign(keys.size() * table.layout.dim, -inc);
+    auto reply = h.call<push_reply>(shard, push_atom::value, req);
+    EXPECT_TRUE(well_formed(reply.rows, table.layout));
+  }
+  pull_reply pull(const std::vector<uint64_t>& keys) {
+    return h.call<pull_reply>(shard, pull_atom::value, keys);
+  }
+};
+
+TEST_F(shard_fixture, PullServesInitializerRowsForUnknownKeys) {
+  auto r = pull({1, 2, 1});
+  ASSERT_EQ(r.rows.keys.size(), 3u);
+  EXPECT_EQ(r.admitted, (std::vector<uint8_t>{1, 1, 1}));
+  EXPECT_EQ(weight(r, table.layout, 0), 0.0f);
+}
+
+TEST_F(shard_fixture, PushIsAppliedOncePerKeyAndRepliesWithUpdatedRows) {
+  push_request req;
+  req.keys = {5, 5, 6};
+  req.grads = {-1, -1, -2, -2, -3, -3};
+  auto reply = h.call<push_reply>(shard, push_atom::value, req);
+  ASSERT_EQ(reply.rows.keys, (std::vector<uint64_t>{5, 6}));
+  auto rows = rows_of(reply.rows, table.layout);
+  EXPECT_EQ(weights_of(rows[0])[0], 3.0f);  // -(-1 + -2): summed, one step
+  EXPECT_EQ(meta_of(rows[0]).version, 1u);
+  EXPECT_EQ(weights_of(rows[1])[0], 3.0f);
+}
+
+TEST_F(shard_fixture, MalformedMessagesAreRejected) {
+  push_request bad;
+  bad.keys = {1};
+  bad.grads = {1.0f};  // dim is 2
+  auto a = h.ask<push_reply>(shard, push_atom::value, bad);
+  h.sched().run();
+  ASSERT_TRUE(a->error);
+  row_batch rows;
+  rows.keys = {1};
+  rows.records.resize(3);
+  auto b = h.ask<ok_atom>(shard, write_back_atom::value, rows);
+  h.sched().run();
+  EXPECT_TRUE(b->error);
+}
+
+// Evicted dirty rows go to ssd_flush; while a flush is in flight (its
+// actor not yet run) the rows are still served from the write-behind
+// buffer, newest first.
+TEST_F(shard_fixture, ReadYourWritesWhileFlushesAreInFlight) {
+  std::vector<uint64_t> keys;
+  for (uint64_t k = 0; k < 100; ++k) keys.push_back(k);
+  push(keys, 1.0f);  // 100 keys through a 16-row DRAM tier: most spill
+  auto first = h.call<tier_stats>(shard, stats_atom::value);
+  EXPECT_GT(first.flushed_rows, 0u);
+  // Now hold ssd_flush: pushes spill into batches that stay in flight.
+  push_request req;
+  req.keys = keys;
+  req.grads.assign(keys.size() * 2, -1.0f);
+  auto a = h.ask<push_reply>(shard, push_atom::value, req);
+  h.run_except_named("ssd_flush");
+  ASSERT_TRUE(a->value);
+  auto r = h.ask<pull_reply>(shard, pull_atom::value, keys);
+  h.run_except_named("ssd_flush");
+  ASSERT_TRUE(r->value);
+  for (size_t i = 0; i < keys.size(); ++i)
+    ASSERT_EQ(weight(*r->value, table.layout, i), 2.0f) << "key " << keys[i];
+  h.sched().run();  // the flushes complete; nothing changes
+  EXPECT_EQ(weight(pull(keys), table.layout, 99), 2.0f);
+}
+
+// Back-pressure: with ssd_flush stalled, at most max_flushes_in_flight
+// batches are out and further rows wait, readable, in the write-behind.
+TEST_F(shard_fixture, BackPressureKeepsRowsReadableAndLosesNone) {
+  // ssd_flush is stalled: five pushes of 40 new keys each spill into
+  // write-behind batches; at most max_flushes_in_flight (2) go out, the
+  // rest wait, readable, in the write-behind buffer.
+  std::vector<uint64_t> keys;
+  for (uint64_t round = 0; round < 5; ++round) {
+    push_request req;
+    for (uint64_t k = 0; k < 40; ++k) req.keys.push_back(round * 1000 + k);
+    req.grads.assign(req.keys.size() * 2, -1.0f);
+    keys.insert(keys.end(), req.keys.begin(), req.keys.end());
+    auto a = h.ask<push_reply>(shard, push_atom::value, req);
+    h.run_except_named("ssd_flush");
+    ASSERT_TRUE(a->value);
+  }
+  auto pulled = h.ask<pull_reply>(shard, pull_atom::value, keys);
+  h.run_except_named("ssd_flush");
+  ASSERT_TRUE(pulled->value);
+  for (size_t i = 0; i < keys.size(); ++i) ASSERT_EQ(weight(*pulled->value, table.layout, i), 1.0f);
+  auto stalled = h.ask<tier_stats>(shard, stats_atom::value);
+  h.run_except_named("ssd_flush");
+  ASSERT_TRUE(stalled->value);
+  EXPECT_EQ(stalled->value->flushes_in_flight, 2u);  // max_flushes_in_flight
+  EXPECT_GT(stalled->value->write_behind_rows, 16u);  // more than two batches wait
+  h.sched().run();
+  auto after = h.call<tier_stats>(shard, stats_atom::value);
+  EXPECT_EQ(after.flushes_in_flight, 0u);
+  // Drain: everything reaches LMDB.
+  h.call<ok_atom>(shard, drain_atom::value);
+  lmdb_tier_config lc = make_shard(dir, 0, table, 16).lmdb;
+  lc.shared_handle = true;
+  auto lmdb = lmdb_tier::open(table.layout, lc);
+  ASSERT_TRUE(lmdb);
+  EXPECT_EQ((*lmdb)->size(), keys.size());
+}
+
+TEST_F(shard_fixture, WriteBackKeepsTheHigherVersion) {
+  push({9}, 1.0f);
+  push({9}, 1.0f);  // version 2, weight 2
+  row_batch old;
+  old.keys = {9};
+  old.records.resize(table.layout.record_bytes());
+  auto rec = rows_of(old, table.layout)[0];
+  meta_of(rec) = row_meta{1, 0, 0};
+  weights_of(rec)[0] = 50.0f;
+  h.call<ok_atom>(shard, write_back_atom::value, old);
+  EXPECT_EQ(weight(pull({9}), table.layout, 0), 2.0f);
+  meta_of(rec).version = 7;
+  h.call<ok_atom>(shard, write_back_atom::value, old);
+  EXPECT_EQ(weight(pull({9}), table.layout, 0), 50.0f);
+}
+
+TEST_F(shard_fixture, PrefetchPromotesFromLmdb) {
+  std::vector<uint64_t> keys;
+  for (uint64_t k = 0; k < 64; ++k) keys.push_back(k);
+  push(keys, 3.0f);
+  h.call<ok_atom>(shard, drain_atom::value);
+  auto before = h.call<tier_stats>(shard, stats_atom::value);
+  // Key 0 was evicted long ago: prefetch brings it to DRAM, the pull hits.
+  h.system().spawn([s = shard](caf::event_based_actor* self) {
+    self->send(s, prefetch_atom::value, std::vector<uint64_t>{0});
+  });
+  h.sched().run();
+  auto r = pull({0});
+  EXPECT_EQ(weight(r, table.layout, 0), 3.0f);
+  auto after = h.call<tier_stats>(shard, stats_atom::value);
+  ASSERT_EQ(after.chain_hits.size(), 3u);
+  EXPECT_EQ(after.chain_hits[2], before.chain_hits[2] + 1);  // one LMDB hit (the prefetch)
+  EXPECT_EQ(after.chain_hits[0], before.chain_hits[0] + 1);  // then a DRAM hit
+}
+
+TEST_F(shard_fixture, DrainMakesEveryAcknowledgedPushDurable) {
+  std::vector<uint64_t> keys{1, 2, 3, 4, 5};
+  push(keys, 2.0f);
+  push(keys, 2.0f);
+  h.call<ok_atom>(shard, drain_atom::value);
+  lmdb_tier_config lc = make_shard(dir, 0, table, 16).lmdb;
+  lc.shared_handle = true;
+  auto lmdb = lmdb_tier::open(table.layout, lc);
+  ASSERT_TRUE(lmdb);
+  std::vector<std::byte> out(keys.size() * table.layout.record_bytes());
+  std::vector<uint32_t> misses;
+  ASSERT_TRUE((*lmdb)->lookup(keys, {out.data(), table.layout.record_bytes()}, misses));
+  EXPECT_TRUE(misses.empty());
+  for (size_t i = 0; i < keys.size(); ++i)
+    EXPECT_EQ(weights_of(out.data() + i * table.layout.record_bytes())[1], 4.0f);
+}
+
+TEST(ShardSpawn, UnusableLmdbDirectoryIsAnErrorNamingThePath) {
+  temp_dir dir;
+  actor_harness h;
+  auto table = exact_sum_table(2);
+  auto cfg = make_shard(dir, 0, table, 16);
+  std::filesystem::create_directories(dir.path());
+  {
+    std::FILE* f = std::fopen((dir.path() / "blocker").c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fclose(f);
+  }
+  cfg.lmdb.directory = dir.path() / "blocker" / "shard0";
+  auto s = spawn_shard(h.system(), cfg);
+  ASSERT_FALSE(s);
+  EXPECT_NE(s.err().message().find("blocker"), std::string::npos) << s.err().message();
+}
+
+}  // namespace
+}  // namespace strata::actors
