@@ -505,3 +505,47 @@ TEST(LmdbTier, SyncModeCommitsDurablyAndSyncWorks) {
 
 }  // namespace
 }  // namespace strata
+
+namespace strata {
+namespace {
+
+// A shard reads through one handle while its ssd_flush actor writes through
+// a second one: the reader sees committed rows, and the live-row count stays
+// exact whichever handle writes.
+TEST(LmdbTier, SharedHandleReaderSeesTheWritersRows) {
+  temp_dir dir;
+  auto reader = open_tier(dir.path());
+  ASSERT_TRUE(reader);
+  lmdb_tier_config shared;
+  shared.shared_handle = true;
+  auto writer = open_tier(dir.path(), layout16, shared);
+  ASSERT_TRUE(writer);
+  auto keys = key_range(100, 50);
+  auto rows = make_records(layout16, keys, 2);
+  store_all(*writer, keys, rows);
+  auto r = lookup_all(*reader, keys);
+  EXPECT_TRUE(r.misses.empty());
+  EXPECT_TRUE(same_bytes(layout16, r.records.data(), rows.data()));
+  EXPECT_EQ(reader->size(), 50u);
+  // The reader handle writes tombstones (TTL): both counts agree.
+  std::vector<uint64_t> gone{100, 101};
+  std::vector<uint64_t> versions{9, 9};
+  ASSERT_TRUE(reader->store_tombstones(gone, versions));
+  store_all(*writer, key_range(1000, 5), make_records(layout16, key_range(1000, 5), 1));
+  EXPECT_EQ(writer->size(), 53u);
+  EXPECT_EQ(reader->size(), 53u);
+}
+
+TEST(LmdbTier, SecondHandleWithoutSharingIsRefused) {
+  temp_dir dir;
+  auto first = open_tier(dir.path());
+  ASSERT_TRUE(first);
+  lmdb_tier_config config;
+  config.directory = dir.path();
+  auto second = lmdb_tier::open(layout16, config);
+  ASSERT_FALSE(second);
+  EXPECT_NE(second.err().message().find("already open"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace strata
