@@ -356,6 +356,8 @@ worker_actor::behavior_type worker_behavior(worker_pointer self, worker_config c
   return {
       [self](run_atom, uint64_t batches) -> caf::typed_response_promise<worker_result> {
         auto& s = self->state;
+        // Before make_response_promise, which takes over the sender.
+        auto sender = caf::actor_cast<coordinator_actor>(self->current_sender());
         auto promise = self->make_response_promise<worker_result>();
         if (s.failure) {
           promise.deliver(*s.failure);
@@ -367,7 +369,7 @@ worker_actor::behavior_type worker_behavior(worker_pointer self, worker_config c
                                               ": run while a run is active"));
           return promise;
         }
-        s.report_to = caf::actor_cast<coordinator_actor>(self->current_sender());
+        s.report_to = std::move(sender);
         s.run = promise;
         s.grant = batches;
         s.started_in_run = 0;
