@@ -37,6 +37,10 @@ inline float dot(const float* __restrict a, const float* __restrict b, size_t n)
   return sum;
 }
 
+// Examples processed together in the MLP, so that each weight row is
+// loaded from L2 once per block instead of once per example.
+constexpr size_t example_block = 8;
+
 float sigmoid(float z) { return 1.0f / (1.0f + std::exp(-z)); }
 
 // Activations of one forward pass: acts[0] is the pooled input, acts[l + 1]
@@ -120,18 +124,26 @@ void forward(const model_config& config, const std::vector<dense_layer>& layout,
     const std::vector<float>& x = a.acts[l];
     std::vector<float>& y = a.acts[l + 1];
     y.resize(batch_size * layer.out);
-    for (size_t e = 0; e < batch_size; ++e) {
-      const float* xe = x.data() + e * layer.in;
-      float* ye = y.data() + e * layer.out;
-      if (layer.out == 1) {
-        ye[0] = bias[0] + dot(xe, w, layer.in);
-        continue;
+    if (layer.out == 1) {
+      for (size_t e = 0; e < batch_size; ++e)
+        y[e] = bias[0] + dot(x.data() + e * layer.in, w, layer.in);
+      continue;
+    }
+    // Blocks of examples share each weight row while it is in L1.
+    for (size_t e0 = 0; e0 < batch_size; e0 += example_block) {
+      const size_t n = std::min(example_block, batch_size - e0);
+      for (size_t k = 0; k < n; ++k)
+        std::copy(bias, bias + layer.out, y.data() + (e0 + k) * layer.out);
+      for (size_t i = 0; i < layer.in; ++i) {
+        const float* wi = w + i * layer.out;
+        for (size_t k = 0; k < n; ++k) {
+          const float xi = x[(e0 + k) * layer.in + i];
+          if (xi != 0) axpy(y.data() + (e0 + k) * layer.out, wi, xi, layer.out);
+        }
       }
-      std::copy(bias, bias + layer.out, ye);
-      for (size_t i = 0; i < layer.in; ++i)
-        if (xe[i] != 0) axpy(ye, w + i * layer.out, xe[i], layer.out);
       if (hidden)
-        for (size_t o = 0; o < layer.out; ++o) ye[o] = std::max(ye[o], 0.0f);
+        for (size_t o = 0; o < n * layer.out; ++o)
+          y[e0 * layer.out + o] = std::max(y[e0 * layer.out + o], 0.0f);
     }
   }
 
@@ -190,17 +202,21 @@ batch_result ctr_model::forward_backward(const batch& b, std::span<const float> 
     float* db = result.dense_grads.data() + layer.bias;
     const std::vector<float>& x = a.acts[l];
     input_grad.assign(batch_size * layer.in, 0.0f);
-    for (size_t e = 0; e < batch_size; ++e) {
-      const float* ge = grad.data() + e * layer.out;
-      const float* xe = x.data() + e * layer.in;
-      float* dxe = input_grad.data() + e * layer.in;
-      axpy(db, ge, 1.0f, layer.out);
+    for (size_t e = 0; e < batch_size; ++e) axpy(db, grad.data() + e * layer.out, 1.0f, layer.out);
+    for (size_t e0 = 0; e0 < batch_size; e0 += example_block) {
+      const size_t n = std::min(example_block, batch_size - e0);
       for (size_t i = 0; i < layer.in; ++i) {
-        if (xe[i] != 0) axpy(dw + i * layer.out, ge, xe[i], layer.out);
-        dxe[i] = dot(w + i * layer.out, ge, layer.out);
+        const float* wi = w + i * layer.out;
+        float* dwi = dw + i * layer.out;
+        for (size_t k = 0; k < n; ++k) {
+          const size_t e = e0 + k;
+          const float* ge = grad.data() + e * layer.out;
+          const float xi = x[e * layer.in + i];
+          if (xi != 0) axpy(dwi, ge, xi, layer.out);
+          // dL/dx, through the previous layer's ReLU (the pooled input has none).
+          input_grad[e * layer.in + i] = l == 0 || xi > 0 ? dot(wi, ge, layer.out) : 0.0f;
+        }
       }
-      if (l > 0)  // the ReLU of the previous layer
-        for (size_t i = 0; i < layer.in; ++i) dxe[i] = xe[i] > 0 ? dxe[i] : 0.0f;
     }
     grad.swap(input_grad);
   }
