@@ -243,6 +243,7 @@ cluster_config exact_sum_cluster(training_mode mode, const std::filesystem::path
     sc.lmdb.map_bytes = size_t{64} << 20;
     sc.flush_batch_rows = 16;
     sc.max_flushes_in_flight = 2;
+    sc.flush_on_own_thread = false;  // deterministic on the test_coordinator
     c.shards.push_back(sc);
   }
   for (uint32_t i = 0; i < 2; ++i) {
