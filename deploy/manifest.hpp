@@ -1,0 +1,81 @@
+// The cluster manifest: one YAML file that describes a local cluster (its
+// table, model, shards, cache tiers, workers and their data), parsed into
+// the typed actors::cluster_config the actors take (STYLE.md: actors never
+// parse YAML). docs/manifest.md lists every field with its default.
+//
+// Errors name the file, the 1-based line and the field path, e.g.
+//   local.yaml:12: shards.dram_bytes: expected a size like 64MiB, got "lots"
+// Unknown keys are errors (typos do not pass silently), and so are
+// duplicated keys. Every field error of a file is reported at once, one per
+// line of the message; cross-field rules (ARCHITECTURE.md: async staleness
+// >= prefetch depth + max in-flight, ...) are checked once the fields parse.
+//
+// Relative paths in a manifest are relative to the working directory of
+// the process, not to the manifest's folder.
+//
+// Plain values and pure functions, except load_manifest (reads the file)
+// and resolve_data_split (counts the data file's lines when the split is a
+// fraction). Thread-compatible.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "actors/config.hpp"
+#include "common/error.hpp"
+#include "model/datagen.hpp"
+#include "model/reader.hpp"
+
+namespace strata::deploy {
+
+// How the data file is cut into a training window (first) and a held-out
+// window (after it). Either a fraction of the file's examples or explicit
+// counts.
+struct data_split {
+  double heldout_fraction = 0.1;  // last fraction held out (0: no held-out window)
+  uint64_t train_examples = 0;    // explicit: the first N examples train (0: use the fraction)
+  uint64_t heldout_examples = 0;  // cap on held-out examples evaluated (0: the rest)
+};
+
+struct manifest {
+  std::filesystem::path file;  // the manifest itself (for messages)
+  actors::cluster_config cluster;
+  // The whole data file as one stream (format, path, csv columns, bad-line
+  // limit); the workers' and the held-out readers are windows of it.
+  model::reader_config data;
+  data_split split;
+  // `data.generate`: launch generates the data into data.path if absent.
+  std::optional<model::datagen_config> generate;
+  std::filesystem::path ssd_path;  // shards' LMDB environments: ssd_path / "shard-<i>"
+  // True once the training/held-out windows are in `cluster` (after
+  // resolve_data_split, or at parse time for explicit counts).
+  bool split_resolved = false;
+};
+
+// Reads and parses `file`; errors name it.
+expected<manifest> load_manifest(const std::filesystem::path& file);
+// Parses manifest text; `file_label` is the name errors show.
+expected<manifest> parse_manifest(std::string_view text, const std::string& file_label);
+
+// "4096", "64KiB", "64MiB", "1GiB", "2TiB" (powers of 1024), "500kB", "1MB",
+// "1GB", "1TB" (powers of 1000), "100B"; an optional space before the unit.
+expected<uint64_t> parse_size(std::string_view text);
+// "64 MiB"-style rendering for messages and reports (exact: the largest unit
+// dividing the value; else bytes).
+std::string format_size(uint64_t bytes);
+
+// Fills the workers' training windows and the held-out window from the
+// split, given the number of examples (data lines, less a csv header) in
+// the data file. Errors when the training window leaves a worker empty.
+expected<void> apply_data_split(manifest& m, uint64_t data_examples);
+// apply_data_split with the file's line count (counted only when the split
+// is a fraction); the data file must exist then.
+expected<void> resolve_data_split(manifest& m);
+
+// The LMDB environment directory of shard `index`.
+std::filesystem::path shard_directory(const std::filesystem::path& ssd_path, uint32_t index);
+
+}  // namespace strata::deploy

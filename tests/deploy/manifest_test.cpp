@@ -1,0 +1,309 @@
+// The manifest parser: the shipped example parses into the cluster it
+// describes; every kind of error names the file, the line and the field;
+// sizes parse; the data split feeds every worker a disjoint window.
+#include "deploy/manifest.hpp"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tests/tiers/test_util.hpp"
+
+namespace strata::deploy {
+namespace {
+
+// A small valid manifest; tests replace single lines (1-based) so the
+// expected line numbers are plain to see.
+const std::vector<std::string> base_lines = {
+    "name: t",                 // 1
+    "mode: async",             // 2
+    "shards:",                 // 3
+    "  count: 2",              // 4
+    "  dram_bytes: 64MiB",     // 5
+    "  ssd_path: /tmp/state",  // 6
+    "caches:",                 // 7
+    "  count: 1",              // 8
+    "  staleness: 8",          // 9
+    "workers:",                // 10
+    "  count: 2",              // 11
+    "  prefetch_depth: 2",     // 12
+    "  max_in_flight: 2",      // 13
+    "data:",                   // 14
+    "  path: /tmp/d.tsv",      // 15
+};
+
+std::string text_of(const std::vector<std::string>& lines) {
+  std::string out;
+  for (const auto& l : lines) out += l + "\n";
+  return out;
+}
+
+std::string with_line(size_t line, const std::string& replacement) {
+  auto lines = base_lines;
+  lines.at(line - 1) = replacement;
+  return text_of(lines);
+}
+
+std::string appended(const std::string& more) { return text_of(base_lines) + more; }
+
+// Parses `text` as "m.yaml" and returns the error message ("" if it parsed).
+std::string error_of(const std::string& text) {
+  auto m = parse_manifest(text, "m.yaml");
+  return m ? std::string() : m.err().message();
+}
+
+#define EXPECT_ERROR(text, fragment)                     \
+  do {                                                   \
+    const std::string message = error_of(text);          \
+    EXPECT_NE(message.find(fragment), std::string::npos) \
+        << "expected \"" << (fragment) << "\" in:\n"     \
+        << message;                                      \
+  } while (0)
+
+TEST(Manifest, BaseParses) {
+  auto m = parse_manifest(text_of(base_lines), "m.yaml");
+  ASSERT_TRUE(m) << m.err().message();
+  EXPECT_EQ(m->cluster.name, "t");
+  EXPECT_EQ(m->cluster.shards.size(), 2u);
+  EXPECT_EQ(m->cluster.shards[1].lmdb.directory, std::filesystem::path("/tmp/state/shard-1"));
+  EXPECT_EQ(m->cluster.shards[0].dram.capacity_bytes, size_t{64} << 20);
+  EXPECT_EQ(m->cluster.workers[1].data.shard_index, 1u);
+  EXPECT_EQ(m->cluster.workers[1].data.shard_count, 2u);
+  EXPECT_EQ(m->cluster.table.layout.dim, m->cluster.model.row_dim());
+  EXPECT_EQ(m->cluster.model.slots, 39u);  // criteo_tsv
+  EXPECT_FALSE(m->generate);
+  EXPECT_FALSE(m->split_resolved);
+}
+
+TEST(Manifest, ExampleParsesIntoTheDemoCluster) {
+  const std::string file = std::string(STRATA_EXAMPLES_DIR) + "/local.yaml";
+  auto m = load_manifest(file);
+  ASSERT_TRUE(m) << m.err().message();
+  const auto& c = m->cluster;
+  EXPECT_EQ(c.shards.size(), 2u);
+  EXPECT_EQ(c.caches.size(), 2u);
+  EXPECT_EQ(c.workers.size(), 2u);
+  EXPECT_EQ(c.table.layout.dim, c.model.row_dim());
+  EXPECT_EQ(c.shards[0].table.layout, c.table.layout);
+  EXPECT_EQ(c.caches[1].table.layout, c.table.layout);
+  EXPECT_EQ(c.shards[0].lmdb.table, c.table.name);
+  EXPECT_EQ(c.shards[0].lmdb.partitions, c.partitions);
+  EXPECT_NE(c.shards[0].lmdb.directory, c.shards[1].lmdb.directory);
+  ASSERT_TRUE(m->generate);
+  EXPECT_EQ(m->generate->output, m->data.path);
+  EXPECT_GE(m->generate->rows, 300000u);
+  // Small tiers, so rows overflow cache -> DRAM -> LMDB in the demo.
+  EXPECT_LT(c.caches[0].geometry.capacity_rows(), m->generate->distinct_keys);
+  EXPECT_LT(c.shards[0].dram.capacity_bytes, size_t{16} << 20);
+  if (c.mode == actors::training_mode::async) {
+    EXPECT_GE(c.caches[0].staleness, c.workers[0].prefetch_depth + c.workers[0].max_in_flight);
+  }
+}
+
+TEST(Manifest, SizesParse) {
+  EXPECT_EQ(*parse_size("64MiB"), uint64_t{64} << 20);
+  EXPECT_EQ(*parse_size("1GiB"), uint64_t{1} << 30);
+  EXPECT_EQ(*parse_size("4096"), 4096u);
+  EXPECT_EQ(*parse_size("2 TiB"), uint64_t{2} << 40);
+  EXPECT_EQ(*parse_size("512KiB"), uint64_t{512} << 10);
+  EXPECT_EQ(*parse_size("100B"), 100u);
+  EXPECT_EQ(*parse_size("1MB"), 1000000u);
+  EXPECT_EQ(*parse_size("3GB"), 3000000000u);
+  EXPECT_EQ(*parse_size("1_000_000"), 1000000u);
+  for (const char* bad : {"lots", "", "MiB", "-1", "1.5GiB", "64 ", "64mib", "64 MiB ", "0x10",
+                          "99999999999999999999", "20000000TiB"})
+    EXPECT_FALSE(parse_size(bad)) << bad;
+  EXPECT_EQ(format_size(uint64_t{64} << 20), "64 MiB");
+  EXPECT_EQ(format_size(1000), "1000 B");
+}
+
+TEST(Manifest, BadYamlSyntaxNamesFileAndLine) {
+  EXPECT_ERROR(with_line(8, "  count: [1, 2"), "m.yaml:");
+  EXPECT_ERROR(with_line(8, "  count: [1, 2"), "YAML syntax");
+  EXPECT_ERROR("a: b\n c: d\n", "m.yaml:2: YAML syntax");
+}
+
+TEST(Manifest, UnknownKeysAreErrors) {
+  EXPECT_ERROR(with_line(4, "  cout: 2"), "m.yaml:4: shards.cout: unknown key");
+  EXPECT_ERROR(appended("workrs:\n  count: 1\n"), "m.yaml:16: workrs: unknown key");
+  EXPECT_ERROR(appended("  generate:\n    rows: 10\n    colour: red\n"),
+               "m.yaml:18: data.generate.colour: unknown key");
+}
+
+TEST(Manifest, WrongTypesAreErrors) {
+  EXPECT_ERROR(with_line(11, "  count: two"),
+               "m.yaml:11: workers.count: expected a whole number, got \"two\"");
+  EXPECT_ERROR(with_line(11, "  count: {a: 1}"), "m.yaml:11: workers.count: expected a value");
+  EXPECT_ERROR(appended("dense: 7\n"), "m.yaml:16: dense: expected a mapping of fields, got \"7\"");
+  EXPECT_ERROR(appended("model:\n  hidden: 64\n"), "m.yaml:17: model.hidden: expected a list");
+  EXPECT_ERROR(appended("model:\n  hidden: [64, x]\n"), "m.yaml:17: model.hidden[1]");
+  EXPECT_ERROR(appended("dense:\n  learning_rate: fast\n"),
+               "m.yaml:17: dense.learning_rate: expected a number");
+  EXPECT_ERROR(appended("  max_bad_lines: -1\n"), "m.yaml:16: data.max_bad_lines");
+}
+
+TEST(Manifest, BadSizesAreErrors) {
+  EXPECT_EQ(error_of(with_line(5, "  dram_bytes: lots")),
+            "m.yaml:5: shards.dram_bytes: expected a size like 64MiB, got \"lots\"");
+}
+
+TEST(Manifest, BadEnumsAreErrors) {
+  EXPECT_ERROR(with_line(2, "mode: asnyc"),
+               "m.yaml:2: mode: expected one of async, pass, got \"asnyc\"");
+  EXPECT_ERROR(appended("table:\n  optimizer:\n    kind: adamw\n"),
+               "m.yaml:18: table.optimizer.kind: expected one of sgd, adagrad, adam, ftrl");
+  EXPECT_ERROR(appended("  format: parquet\n"), "m.yaml:16: data.format");
+}
+
+TEST(Manifest, OutOfRangeValuesAreErrors) {
+  EXPECT_ERROR(with_line(4, "  count: 0"), "m.yaml:4: shards.count: must be in [1,");
+  EXPECT_ERROR(appended("model:\n  embedding_dim: 5000\n"), "m.yaml:17: model.embedding_dim");
+  EXPECT_ERROR(appended("  heldout_fraction: 1.5\n"), "m.yaml:16: data.heldout_fraction");
+  EXPECT_ERROR(appended("table:\n  optimizer:\n    learning_rate: 0\n"),
+               "m.yaml:18: table.optimizer.learning_rate: must be in (0,");
+}
+
+TEST(Manifest, CrossFieldRulesNameTheField) {
+  // ARCHITECTURE.md: async staleness >= prefetch depth + max in-flight.
+  EXPECT_ERROR(with_line(9, "  staleness: 3"),
+               "m.yaml:9: caches.staleness: async mode needs staleness >= "
+               "workers.prefetch_depth + workers.max_in_flight (2 + 2 = 4), got 3");
+  // Not written: the error points at the section that would hold it.
+  {
+    auto lines = base_lines;
+    lines[8] = "  sets: 64";            // staleness left at its default, 8
+    lines[11] = "  prefetch_depth: 7";  // 7 + 2 > 8
+    EXPECT_ERROR(text_of(lines), "m.yaml:7: caches.staleness: async mode needs");
+  }
+  // Pass mode has no staleness rule.
+  {
+    auto lines = base_lines;
+    lines[1] = "mode: pass";
+    lines[8] = "  staleness: 0";
+    auto m = parse_manifest(text_of(lines), "m.yaml");
+    EXPECT_TRUE(m) << m.err().message();
+  }
+  EXPECT_ERROR(appended("table:\n  dim: 12\n"),
+               "m.yaml:17: table.dim: must be model.embedding_dim + 1 = 9");
+  EXPECT_ERROR(appended("partitions: 1\n"), "m.yaml:16: partitions: must be >= shards.count");
+  EXPECT_ERROR(with_line(5, "  dram_bytes: 64"), "m.yaml:5: shards.dram_bytes: too small");
+  EXPECT_ERROR(appended("  format: libffm\n"), "model.slots: format libffm needs model.slots");
+  EXPECT_ERROR(appended("  format: csv\n"), "data.csv: format csv needs");
+  EXPECT_ERROR(appended("  train_examples: 100\n  heldout_fraction: 0.2\n"),
+               "m.yaml:16: data.train_examples: give either");
+  EXPECT_ERROR(
+      appended("  format: csv\n  csv:\n    categorical: [C1]\n  generate:\n    rows: 10\n"),
+      "m.yaml:19: data.generate: datagen writes criteo_tsv");
+}
+
+TEST(Manifest, MissingRequiredFieldsAreErrors) {
+  EXPECT_ERROR(with_line(15, "  max_bad_lines: 3"), "m.yaml:14: data.path: required field missing");
+  {
+    auto lines = base_lines;
+    lines.resize(13);  // no data section
+    EXPECT_ERROR(text_of(lines), "m.yaml:1: data: required field missing");
+  }
+  EXPECT_ERROR(with_line(6, "  eviction: lfu"),
+               "m.yaml:3: shards.ssd_path: required field missing");
+  EXPECT_ERROR("", "m.yaml:1: the manifest is empty");
+}
+
+TEST(Manifest, DuplicateKeysAreErrors) {
+  EXPECT_ERROR(appended("  path: /tmp/other.tsv\n"), "m.yaml:16: data.path: duplicate key");
+}
+
+TEST(Manifest, EveryErrorIsReportedInLineOrder) {
+  auto lines = base_lines;
+  lines[10] = "  count: many";        // line 11
+  lines[1] = "mode: sideways";        // line 2
+  lines[4] = "  dram_bytes: 1 pint";  // line 5
+  const std::string message = error_of(text_of(lines));
+  const auto mode = message.find("m.yaml:2: mode");
+  const auto dram = message.find("m.yaml:5: shards.dram_bytes");
+  const auto count = message.find("m.yaml:11: workers.count");
+  ASSERT_NE(mode, std::string::npos) << message;
+  ASSERT_NE(dram, std::string::npos) << message;
+  ASSERT_NE(count, std::string::npos) << message;
+  EXPECT_LT(mode, dram);
+  EXPECT_LT(dram, count);
+}
+
+TEST(Manifest, FractionSplitGivesEveryWorkerADisjointWindow) {
+  auto lines = base_lines;
+  lines[10] = "  count: 3";
+  auto m = parse_manifest(text_of(lines), "m.yaml");
+  ASSERT_TRUE(m) << m.err().message();
+  ASSERT_TRUE(apply_data_split(*m, 100));  // 90 train, 10 held out
+  const auto& c = m->cluster;
+  uint64_t train = 0;
+  for (uint32_t w = 0; w < 3; ++w) {
+    EXPECT_EQ(c.workers[w].data.shard_index, w);
+    EXPECT_EQ(c.workers[w].data.shard_count, 3u);
+    EXPECT_EQ(c.workers[w].data.path, m->data.path);
+    train += c.workers[w].data.limit;
+  }
+  EXPECT_EQ(train, 90u);
+  EXPECT_EQ(c.heldout.path, m->data.path);
+  EXPECT_EQ(c.heldout.shard_count, 1u);
+  EXPECT_EQ(c.heldout.skip, 90u);
+  EXPECT_TRUE(m->split_resolved);
+  // Lines w, w+3, ... below 10: 4, 3, 3.
+  ASSERT_TRUE(apply_data_split(*m, 11));  // 10 train (floor of 1.1 held out)
+  EXPECT_EQ(c.workers[0].data.limit, 4u);
+  EXPECT_EQ(c.workers[1].data.limit, 3u);
+  EXPECT_EQ(c.workers[2].data.limit, 3u);
+  // A window smaller than the worker count would leave a worker unlimited.
+  EXPECT_FALSE(apply_data_split(*m, 2));
+}
+
+TEST(Manifest, ExplicitSplitIsResolvedAtParseTime) {
+  auto m = parse_manifest(appended("  train_examples: 1000\n  heldout_examples: 50\n"), "m.yaml");
+  ASSERT_TRUE(m) << m.err().message();
+  EXPECT_TRUE(m->split_resolved);
+  EXPECT_EQ(m->cluster.workers[0].data.limit + m->cluster.workers[1].data.limit, 1000u);
+  EXPECT_EQ(m->cluster.heldout.skip, 1000u);
+  EXPECT_EQ(m->cluster.heldout.limit, 50u);
+  EXPECT_EQ(m->cluster.heldout_examples, 50u);
+}
+
+TEST(Manifest, NoHeldoutWindowWithAZeroFraction) {
+  auto m = parse_manifest(appended("  heldout_fraction: 0\n"), "m.yaml");
+  ASSERT_TRUE(m) << m.err().message();
+  ASSERT_TRUE(apply_data_split(*m, 10));
+  EXPECT_TRUE(m->cluster.heldout.path.empty());
+  EXPECT_EQ(m->cluster.workers[0].data.limit + m->cluster.workers[1].data.limit, 10u);
+}
+
+TEST(Manifest, ResolveCountsTheDataFileLessTheCsvHeader) {
+  testing::temp_dir dir;
+  const auto data = dir.path() / "d.csv";
+  {
+    std::ofstream out(data);
+    out << "label,C1\n";
+    for (int i = 0; i < 20; ++i) out << (i % 2) << ",x" << i << "\n";
+  }
+  auto lines = base_lines;
+  lines[14] = "  path: " + data.string();
+  auto m = parse_manifest(text_of(lines) +
+                              "  format: csv\n  csv:\n    label: label\n    categorical: [C1]\n"
+                              "  heldout_fraction: 0.25\n",
+                          "m.yaml");
+  ASSERT_TRUE(m) << m.err().message();
+  EXPECT_EQ(m->cluster.model.slots, 1u);
+  ASSERT_TRUE(resolve_data_split(*m));
+  EXPECT_EQ(m->cluster.heldout.skip, 15u);  // 20 examples, 5 held out
+  EXPECT_EQ(m->cluster.workers[0].data.limit, 8u);
+  EXPECT_EQ(m->cluster.workers[1].data.limit, 7u);
+}
+
+TEST(Manifest, MissingFileIsNamed) {
+  auto m = load_manifest("/nonexistent/strata.yaml");
+  ASSERT_FALSE(m);
+  EXPECT_NE(m.err().message().find("/nonexistent/strata.yaml"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace strata::deploy
