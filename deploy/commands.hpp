@@ -1,5 +1,6 @@
 // Subcommands of the `strata` binary. Each registers itself on the CLI11
-// app and runs when chosen; main.cpp only wires them together.
+// app and runs when chosen, setting `exit_code` (0: success); main.cpp only
+// wires them together.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -8,5 +9,18 @@ namespace strata::cli {
 
 // `strata bench SUITE [--json] [--keys N] [--small] [--dir D]`
 void add_bench_command(CLI::App& app, int& exit_code);
+
+// `strata validate MANIFEST`: prints "ok", or every error (file:line: field:
+// what) on stderr and exits 1.
+void add_validate_command(CLI::App& app, int& exit_code);
+
+// `strata datagen --out PATH [--rows N] [--keys K] [--seed S] [--zipf Z]`:
+// synthetic Criteo-layout data with a planted model (model/datagen.hpp).
+void add_datagen_command(CLI::App& app, int& exit_code);
+
+// `strata launch MANIFEST`: validates, generates the data if the manifest
+// asks for it and it is absent, trains the one-node cluster in this process
+// with a progress line on stderr, and prints the report on stdout.
+void add_launch_command(CLI::App& app, int& exit_code);
 
 }  // namespace strata::cli

@@ -16,6 +16,9 @@ int main(int argc, char** argv) {
     std::printf("strata %s (git %s, CUDA %s)\n", STRATA_VERSION, STRATA_GIT_REVISION,
                 STRATA_CUDA_ENABLED ? "on" : "off");
   });
+  strata::cli::add_launch_command(app, exit_code);
+  strata::cli::add_validate_command(app, exit_code);
+  strata::cli::add_datagen_command(app, exit_code);
   strata::cli::add_bench_command(app, exit_code);
 
   CLI11_PARSE(app, argc, argv);

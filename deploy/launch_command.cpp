@@ -1,0 +1,255 @@
+// `strata launch MANIFEST`: the one-node cluster in this process.
+//
+// Steps, each announced on stdout: validate the manifest; generate the data
+// if the manifest has a `data.generate` block and the file is absent; cut
+// the training and held-out windows; start from empty shard state (the
+// previous run's LMDB environments under shards.ssd_path are removed:
+// without --resume, which comes with checkpoints, a run starts fresh);
+// train with a progress line on stderr; print the report.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <set>
+#include <string>
+#include <system_error>
+
+#include "actors/local_cluster.hpp"
+#include "deploy/commands.hpp"
+#include "deploy/manifest.hpp"
+#include "deploy/status_line.hpp"
+#include "model/datagen.hpp"
+
+namespace strata::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string mode_name(actors::training_mode mode) {
+  return mode == actors::training_mode::async ? "async" : "pass";
+}
+
+// "12.3k" style for the progress line.
+std::string short_count(double v) {
+  char text[32];
+  if (v >= 1e6)
+    std::snprintf(text, sizeof text, "%.2fM", v / 1e6);
+  else if (v >= 1e4)
+    std::snprintf(text, sizeof text, "%.1fk", v / 1e3);
+  else
+    std::snprintf(text, sizeof text, "%.0f", v);
+  return text;
+}
+
+expected<void> generate_data(const deploy::manifest& m) {
+  const auto& g = *m.generate;
+  std::printf("generating %llu rows (%llu distinct keys, seed %llu) into %s\n",
+              static_cast<unsigned long long>(g.rows),
+              static_cast<unsigned long long>(g.distinct_keys),
+              static_cast<unsigned long long>(g.seed), g.output.c_str());
+  std::fflush(stdout);
+  std::error_code ec;
+  if (g.output.has_parent_path()) fs::create_directories(g.output.parent_path(), ec);
+  if (ec)
+    return error(errc::io_error, g.output.parent_path().string() +
+                                     ": cannot create the data directory: " + ec.message());
+  const auto start = std::chrono::steady_clock::now();
+  status_line line;
+  auto quality = model::generate(g, [&](uint64_t done) {
+    char text[120];
+    std::snprintf(text, sizeof text, "datagen: %llu/%llu rows (%.0f%%)",
+                  static_cast<unsigned long long>(done), static_cast<unsigned long long>(g.rows),
+                  100.0 * static_cast<double>(done) / static_cast<double>(g.rows));
+    line.update(text);
+  });
+  line.done();
+  if (!quality) return quality.err();
+  std::printf("generated in %.1f s; planted model: AUC %.4f, logloss %.4f\n",
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+              quality->auc, quality->logloss);
+  return {};
+}
+
+// Removes the LMDB environments a previous run left in the shard
+// directories. Only directories that hold nothing but LMDB's two files are
+// removed: anything else there is not ours to delete.
+expected<void> clear_shard_state(const deploy::manifest& m) {
+  static const std::set<std::string> lmdb_files = {"data.mdb", "lock.mdb"};
+  bool announced = false;
+  for (const auto& shard : m.cluster.shards) {
+    const fs::path& dir = shard.lmdb.directory;
+    std::error_code ec;
+    if (!fs::exists(dir, ec)) continue;
+    if (!fs::is_directory(dir, ec))
+      return error(errc::invalid_argument, dir.string() + ": shard state path is not a directory");
+    for (const auto& entry : fs::directory_iterator(dir, ec)) {
+      if (!lmdb_files.count(entry.path().filename().string()))
+        return error(errc::invalid_argument,
+                     dir.string() + ": holds " + entry.path().filename().string() +
+                         ", not only an LMDB environment; refusing to clear it (pick another "
+                         "shards.ssd_path)");
+    }
+    if (ec) return error(errc::io_error, dir.string() + ": " + ec.message());
+    if (!announced) {
+      std::printf("starting fresh: removing the previous run's shard state under %s\n",
+                  m.ssd_path.c_str());
+      announced = true;
+    }
+    fs::remove_all(dir, ec);
+    if (ec) return error(errc::io_error, dir.string() + ": cannot remove: " + ec.message());
+  }
+  return {};
+}
+
+// Examples the workers will train on, for the progress bar (0: unknown).
+uint64_t planned_examples(const actors::cluster_config& c) {
+  uint64_t total = 0;
+  for (const auto& w : c.workers) {
+    if (w.data.limit == 0) return 0;
+    uint64_t n = w.data.limit * w.epochs;
+    if (w.max_batches != 0) n = std::min<uint64_t>(n, w.max_batches * w.batch_size);
+    total += n;
+  }
+  return total;
+}
+
+std::string progress_text(const actors::training_progress& p, uint64_t total) {
+  char text[200];
+  if (total == 0) {
+    std::snprintf(text, sizeof text, "training: %s examples  %s ex/s  loss %.4f  %.0f s",
+                  short_count(static_cast<double>(p.examples)).c_str(),
+                  short_count(p.examples_per_s).c_str(), p.recent_loss, p.seconds);
+    return text;
+  }
+  constexpr int bar_width = 24;
+  const double done = std::min(1.0, static_cast<double>(p.examples) / static_cast<double>(total));
+  const int filled = static_cast<int>(done * bar_width);
+  std::string bar(static_cast<size_t>(filled), '#');
+  bar.append(static_cast<size_t>(bar_width - filled), '.');
+  std::snprintf(text, sizeof text,
+                "training [%s] %3.0f%%  %s/%s examples  %s ex/s  loss %.4f  %.0f s", bar.c_str(),
+                100.0 * done, short_count(static_cast<double>(p.examples)).c_str(),
+                short_count(static_cast<double>(total)).c_str(),
+                short_count(p.examples_per_s).c_str(), p.recent_loss, p.seconds);
+  return text;
+}
+
+void print_report(const deploy::manifest& m, const actors::training_report& r) {
+  const auto planted = model::read_planted(m.data.path);
+  const bool has_heldout = r.heldout_examples > 0;
+  std::printf("\n== report: cluster %s (%s mode) ==\n", m.cluster.name.c_str(),
+              mode_name(m.cluster.mode).c_str());
+  std::printf("examples: %llu in %.1f s\n", static_cast<unsigned long long>(r.examples), r.seconds);
+  std::printf("examples/s: %.0f\n", r.examples_per_s);
+  std::printf("train logloss (last 10%% of batches): %.4f\n", r.train_loss);
+  std::printf("held-out examples: %llu\n", static_cast<unsigned long long>(r.heldout_examples));
+  if (has_heldout)
+    std::printf("held-out AUC: %.4f\n", r.heldout_auc);
+  else
+    std::printf("held-out AUC: n/a\n");
+  if (planted)
+    std::printf("planted-model AUC: %.4f\n", planted->auc);
+  else
+    std::printf("planted-model AUC: n/a\n");
+  if (has_heldout)
+    std::printf("held-out logloss: %.4f\n", r.heldout_logloss);
+  else
+    std::printf("held-out logloss: n/a\n");
+  if (planted) std::printf("planted-model logloss: %.4f\n", planted->logloss);
+  std::printf("bad lines: %llu\n", static_cast<unsigned long long>(r.bad_lines));
+  std::printf("stored keys: %llu\n", static_cast<unsigned long long>(r.stored_keys));
+  std::printf("tiers:\n");
+  for (const auto& t : r.tiers) {
+    std::printf(
+        "  %s: hits %llu, misses %llu, evictions %llu, flushed rows %llu, rows %llu",
+        t.name.c_str(), static_cast<unsigned long long>(t.hits),
+        static_cast<unsigned long long>(t.misses), static_cast<unsigned long long>(t.evictions),
+        static_cast<unsigned long long>(t.flushed_rows), static_cast<unsigned long long>(t.rows));
+    if (!t.chain_hits.empty()) {
+      static const char* const names[] = {"dram", "write-behind", "lmdb"};
+      std::printf(", hits by tier");
+      for (size_t i = 0; i < t.chain_hits.size(); ++i)
+        std::printf(" %s %llu", i < 3 ? names[i] : "tier",
+                    static_cast<unsigned long long>(t.chain_hits[i]));
+      std::printf(", initialized %llu, lmdb rows %llu",
+                  static_cast<unsigned long long>(t.initialized),
+                  static_cast<unsigned long long>(t.lmdb_rows));
+    }
+    std::printf("\n");
+  }
+}
+
+int launch(const std::string& path) {
+  auto fail = [](const error& e) {
+    std::fflush(stdout);
+    std::cerr << "strata launch: " << e.message() << '\n';
+    return 1;
+  };
+  auto loaded = deploy::load_manifest(path);
+  if (!loaded) return fail(loaded.err());
+  deploy::manifest& m = *loaded;
+  std::printf("manifest %s: ok\n", path.c_str());
+
+  std::error_code ec;
+  if (!fs::exists(m.data.path, ec)) {
+    if (!m.generate)
+      return fail(
+          error(errc::not_found, path + ": data.path: " + m.data.path.string() +
+                                     " does not exist (add a data.generate block to create it)"));
+    auto generated = generate_data(m);
+    if (!generated) return fail(generated.err());
+  } else if (m.generate) {
+    std::printf("data %s exists; not generating it again\n", m.data.path.c_str());
+  }
+  auto split = deploy::resolve_data_split(m);
+  if (!split) return fail(split.err());
+  uint64_t train = 0;
+  for (const auto& w : m.cluster.workers) train += w.data.limit;
+  if (m.cluster.heldout.path.empty())
+    std::printf("data: %llu training examples, no held-out window\n",
+                static_cast<unsigned long long>(train));
+  else
+    std::printf("data: %llu training examples, held-out window from example %llu%s\n",
+                static_cast<unsigned long long>(train),
+                static_cast<unsigned long long>(m.cluster.heldout.skip),
+                m.cluster.heldout.limit
+                    ? (" (" + std::to_string(m.cluster.heldout.limit) + " examples)").c_str()
+                    : " to the end");
+  auto cleared = clear_shard_state(m);
+  if (!cleared) return fail(cleared.err());
+
+  const auto& c = m.cluster;
+  std::printf(
+      "training: %s mode, %zu shards (DRAM %s each, LMDB under %s), %zu cache tiers (%llu rows "
+      "each), %zu workers (batch %u), %s threads\n",
+      mode_name(c.mode).c_str(), c.shards.size(),
+      deploy::format_size(c.shards.front().dram.capacity_bytes).c_str(), m.ssd_path.c_str(),
+      c.caches.size(), static_cast<unsigned long long>(c.caches.front().geometry.capacity_rows()),
+      c.workers.size(), c.workers.front().batch_size,
+      c.threads ? std::to_string(c.threads).c_str() : "all");
+  std::fflush(stdout);
+
+  const uint64_t total = planned_examples(c);
+  status_line line;
+  auto report = actors::run_local_cluster(
+      c, [&](const actors::training_progress& p) { line.update(progress_text(p, total)); });
+  line.done();
+  if (!report) return fail(report.err());
+  print_report(m, *report);
+  return 0;
+}
+
+}  // namespace
+
+void add_launch_command(CLI::App& app, int& exit_code) {
+  auto path = std::make_shared<std::string>();
+  auto* cmd = app.add_subcommand(
+      "launch", "validate a manifest, generate its data if asked, train the cluster, report");
+  cmd->add_option("manifest", *path, "the manifest (YAML), e.g. deploy/examples/local.yaml")
+      ->required();
+  cmd->callback([path, &exit_code] { exit_code = launch(*path); });
+}
+
+}  // namespace strata::cli

@@ -1,0 +1,27 @@
+// `strata validate MANIFEST`: parse and check a manifest without starting
+// anything (docs/manifest.md).
+#include <iostream>
+#include <memory>
+#include <string>
+
+#include "deploy/commands.hpp"
+#include "deploy/manifest.hpp"
+
+namespace strata::cli {
+
+void add_validate_command(CLI::App& app, int& exit_code) {
+  auto path = std::make_shared<std::string>();
+  auto* cmd = app.add_subcommand("validate", "check a manifest; errors name file, line, field");
+  cmd->add_option("manifest", *path, "the manifest (YAML)")->required();
+  cmd->callback([path, &exit_code] {
+    auto m = deploy::load_manifest(*path);
+    if (!m) {
+      std::cerr << m.err().message() << '\n';
+      exit_code = 1;
+      return;
+    }
+    std::cout << "ok\n";
+  });
+}
+
+}  // namespace strata::cli
