@@ -25,10 +25,10 @@ test: build
 test-long: build
 	@cd $(BUILD) && ctest --output-on-failure -L long
 
-# Until the actor runtime lands, the main job is a small tier benchmark.
+# The main job: a one-node cluster (2 shards, 2 cache tiers, 2 workers)
+# trained on generated data in ./data/, then a report (docs/manifest.md).
 demo: build
-	@./$(BUILD)/strata version
-	@./$(BUILD)/strata bench tiers --small
+	@./$(BUILD)/strata launch deploy/examples/local.yaml
 
 bench: deps-bench build
 	@./$(BUILD)/strata bench tiers
