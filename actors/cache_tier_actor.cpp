@@ -1,6 +1,7 @@
 #include "actors/cache_tier_actor.hpp"
 
 #include <unordered_map>
+#include <unordered_set>
 
 #include <caf/all.hpp>
 
@@ -37,6 +38,7 @@ struct pending_fill {
   bool reply = false;
   std::function<void()> then;  // runs once every row is in (push in pass mode)
   std::function<void(caf::error&)> fail;  // a shard refused a pull
+  std::unordered_set<uint64_t> not_admitted;  // keys the shards flagged
 };
 
 struct cache_state {
@@ -209,6 +211,13 @@ void fill_rows(cache_pointer self, std::shared_ptr<pending_fill> fill, bool coun
               std::vector<std::byte> admitted_rows;
               for (size_t j = 0; j < reply.rows.keys.size(); ++j) {
                 const std::byte* rec = in + j * st.record_bytes;
+                // The key may have been evicted dirty while this pull was in
+                // flight: the shard's answer predates that write-back.
+                if (auto ev = st.evicted.find(reply.rows.keys[j]);
+                    ev != st.evicted.end() && meta_of(ev->second.data()).version >= meta_of(rec).version)
+                  rec = ev->second.data();
+                if (!reply.admitted.empty() && !reply.admitted[j])
+                  fill->not_admitted.insert(reply.rows.keys[j]);
                 for (uint32_t pos : fill->positions[reply.rows.keys[j]])
                   std::memcpy(out + size_t{pos} * st.record_bytes, rec, st.record_bytes);
                 if (reply.admitted.empty() || reply.admitted[j]) {
@@ -290,6 +299,60 @@ std::vector<uint32_t> update_positions(cache_pointer self, pass_push& p,
   return missed;
 }
 
+// Keys of a pass push that still don't fit after their rows came in (the
+// batch evicted them again): this cache still owns them for the pass, so it
+// applies the update itself to the newest copy (the evicted buffer's or the
+// pulled one) and hands the result to write_back() like an evicted dirty
+// row; it stays readable in the evicted buffer until the shard confirms.
+// Duplicates are summed in batch order, one optimizer step per key.
+void apply_overflow(cache_pointer self, pass_push& p, const std::vector<uint32_t>& positions,
+                    const pending_fill& pulled) {
+  auto& st = self->state;
+  const row_layout& layout = st.config.table.layout;
+  const uint32_t dim = layout.dim;
+  std::vector<uint64_t> keys;
+  std::unordered_map<uint64_t, std::vector<float>> summed;
+  for (uint32_t i : positions) {
+    const uint64_t k = p.req.keys[i];
+    auto [it, first] = summed.try_emplace(k, p.req.grads.begin() + size_t{i} * dim,
+                                          p.req.grads.begin() + size_t{i + 1} * dim);
+    if (first) {
+      keys.push_back(k);
+    } else {
+      for (uint32_t j = 0; j < dim; ++j) it->second[j] += p.req.grads[size_t{i} * dim + j];
+    }
+  }
+  std::vector<std::byte> rows(keys.size() * st.record_bytes);
+  std::vector<uint64_t> written;
+  std::vector<std::byte> written_rows;
+  std::unordered_map<uint64_t, uint64_t> version;
+  // The row the fill served for each key (from the evicted buffer or a pull).
+  std::unordered_map<uint64_t, const std::byte*> served;
+  const auto* served_rows = reinterpret_cast<const std::byte*>(pulled.rows.records.data());
+  for (size_t i = 0; i < pulled.keys.size(); ++i)
+    served.try_emplace(pulled.keys[i], served_rows + i * st.record_bytes);
+  for (size_t j = 0; j < keys.size(); ++j) {
+    const uint64_t k = keys[j];
+    if (pulled.not_admitted.count(k)) continue;  // dropped: version stays 0
+    std::byte* rec = rows.data() + j * st.record_bytes;
+    const std::byte* newest = nullptr;
+    if (auto it = served.find(k); it != served.end()) newest = it->second;
+    if (auto ev = st.evicted.find(k);
+        ev != st.evicted.end() &&
+        (newest == nullptr || meta_of(ev->second.data()).version > meta_of(newest).version))
+      newest = ev->second.data();
+    STRATA_ASSERT(newest != nullptr, "an overflowing pass-mode key has no row");
+    std::memcpy(rec, newest, st.record_bytes);
+    apply_optimizer(st.config.table.optimizer, layout, rec, summed[k].data());
+    version[k] = meta_of(rec).version;
+    written.push_back(k);
+    written_rows.insert(written_rows.end(), rec, rec + st.record_bytes);
+  }
+  for (uint32_t i : positions)
+    if (auto it = version.find(p.req.keys[i]); it != version.end()) p.ack.versions[i] = it->second;
+  write_back(self, written, written_rows);
+}
+
 void apply_in_cache(cache_pointer self, const push_request& req,
                     caf::typed_response_promise<push_ack> promise) {
   auto p = std::make_shared<pass_push>();
@@ -307,28 +370,11 @@ void apply_in_cache(cache_pointer self, const push_request& req,
   auto fill = std::make_shared<pending_fill>();
   for (uint32_t i : misses) fill->keys.push_back(req.keys[i]);
   fill->fail = [p](caf::error& err) { p->promise.deliver(err); };
-  fill->then = [self, p, misses]() {
-    auto& st = self->state;
-    const uint32_t dim = st.config.table.layout.dim;
+  pending_fill* pulled = fill.get();  // alive while `then` runs (finish_fill holds it)
+  fill->then = [self, p, misses, pulled]() {
     auto still = update_positions(self, *p, misses);
-    if (still.empty()) {
-      p->promise.deliver(std::move(p->ack));
-      return;
-    }
-    push_request overflow;
-    for (uint32_t i : still) {
-      overflow.keys.push_back(p->req.keys[i]);
-      overflow.grads.insert(overflow.grads.end(), p->req.grads.begin() + size_t{i} * dim,
-                            p->req.grads.begin() + size_t{i + 1} * dim);
-    }
-    push_to_shards(
-        self, overflow,
-        [p, still](push_ack shard_ack) {
-          // Positions whose key was not admitted stay 0.
-          for (size_t j = 0; j < still.size(); ++j) p->ack.versions[still[j]] = shard_ack.versions[j];
-          p->promise.deliver(std::move(p->ack));
-        },
-        [p](caf::error& err) { p->promise.deliver(err); });
+    if (!still.empty()) apply_overflow(self, *p, still, *pulled);
+    p->promise.deliver(std::move(p->ack));
   };
   fill_rows(self, fill, false);
 }
