@@ -84,7 +84,8 @@ struct torch_result {
   double examples_per_s = 0, auc = 0;
 };
 
-torch_result run_torch(const e2e_bench_options& o, const std::filesystem::path& data) {
+torch_result run_torch(const e2e_bench_options& o, const std::filesystem::path& data,
+                       uint32_t threads) {
   const auto& m = o.base.model;
   std::string hidden;
   for (uint32_t h : m.hidden) hidden += (hidden.empty() ? "" : ",") + std::to_string(h);
@@ -93,7 +94,7 @@ torch_result run_torch(const e2e_bench_options& o, const std::filesystem::path& 
                           " --data " + shell_quote(data.string()) + " --rows " +
                           std::to_string(o.train_rows) + " --heldout-rows " +
                           std::to_string(o.heldout_rows) + " --batch " + std::to_string(batch) +
-                          " --threads " + std::to_string(o.threads) + " --dim " +
+                          " --threads " + std::to_string(threads) + " --dim " +
                           std::to_string(m.embedding_dim) + " --hidden " + hidden;
   std::cerr << "bench e2e: training pytorch_cpu: " << cmd << "\n";
   FILE* pipe = ::popen(cmd.c_str(), "r");
@@ -150,7 +151,14 @@ void run_e2e_bench(const e2e_bench_options& o, bench_report& report) {
 
   const auto t = train("strata (tiers)", tiered);
   const auto d = train("strata (all in DRAM)", all_dram);
-  const auto torch = run_torch(o, data);
+  // PyTorch gets the better of 1 thread and `threads`: on a small, shared
+  // machine its intra-op threads can slow it down, and the baseline should
+  // not be handicapped.
+  auto torch = run_torch(o, data, 1);
+  if (o.threads > 1) {
+    auto more = run_torch(o, data, o.threads);
+    if (more.examples_per_s > torch.examples_per_s) torch = more;
+  }
   const auto rt = rates(t);
   const auto rd = rates(d);
   report.add({"e2e_examples_per_s", t.examples_per_s, "examples/s", "pytorch_cpu",

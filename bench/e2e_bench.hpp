@@ -25,7 +25,7 @@ struct e2e_bench_options {
   uint64_t train_rows = 200000;
   uint64_t heldout_rows = 50000;
   uint64_t distinct_keys = 200000;
-  uint32_t threads = 2;  // PyTorch threads; strata uses base.threads
+  uint32_t threads = 2;  // PyTorch: the better of 1 and this many threads
   std::filesystem::path torch_script;  // bench/torch_baseline.py
   std::string python = "/usr/bin/python3";
   std::filesystem::path work_dir;      // data and LMDB files of both runs

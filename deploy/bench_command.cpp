@@ -3,8 +3,10 @@
 #include <system_error>
 #include <unistd.h>
 
+#include "bench/e2e_bench.hpp"
 #include "bench/report.hpp"
 #include "deploy/commands.hpp"
+#include "deploy/manifest.hpp"
 
 namespace strata::cli {
 
@@ -15,36 +17,61 @@ void add_bench_command(CLI::App& app, int& exit_code) {
     bool small = false;
     uint64_t keys = 1000000;
     std::string dir;
+    std::string manifest = "deploy/examples/local.yaml";
+    uint64_t rows = 200000;
+    std::string torch_script = STRATA_SOURCE_DIR "/bench/torch_baseline.py";
   };
   auto opts = std::make_shared<options>();
   auto* cmd = app.add_subcommand("bench", "benchmarks, side by side with their baselines");
-  cmd->add_option("suite", opts->suite, "suite to run: tiers")->required()->check(
-      CLI::IsMember({"tiers"}));
+  cmd->add_option("suite", opts->suite, "suite to run: tiers, e2e")
+      ->required()
+      ->check(CLI::IsMember({"tiers", "e2e"}));
   cmd->add_flag("--json", opts->json, "one JSON object per result line");
   cmd->add_flag("--small", opts->small, "tiny sizes (a smoke run)");
-  cmd->add_option("--keys", opts->keys, "LMDB keys (default 1000000; 10000000 for the full size)");
+  cmd->add_option("--keys", opts->keys,
+                  "tiers: LMDB keys (default 1000000; 10000000 for the full size); "
+                  "e2e: distinct keys of the generated data (default 200000)");
+  cmd->add_option("--rows", opts->rows, "e2e: training rows (default 200000; 50000 held out)");
+  cmd->add_option("--manifest", opts->manifest,
+                  "e2e: model, tiers and workers (default deploy/examples/local.yaml)");
+  cmd->add_option("--torch-script", opts->torch_script, "e2e: the PyTorch baseline script");
   cmd->add_option("--dir", opts->dir, "directory for benchmark files (default: a temp dir)");
-  cmd->callback([opts, &exit_code] {
-    bench::tiers_bench_options o;
-    o.small = opts->small;
-    o.lmdb_keys = opts->small ? 20000 : opts->keys;
-    bool own_dir = opts->dir.empty();
-    o.work_dir = own_dir ? std::filesystem::temp_directory_path() /
-                               ("strata-bench-" + std::to_string(::getpid()))
-                         : std::filesystem::path(opts->dir);
-    std::filesystem::create_directories(o.work_dir);
+  cmd->callback([opts, cmd, &exit_code] {
+    const bool own_dir = opts->dir.empty();
+    const std::filesystem::path work_dir =
+        own_dir ? std::filesystem::temp_directory_path() /
+                      ("strata-bench-" + std::to_string(::getpid()))
+                : std::filesystem::path(opts->dir);
+    std::filesystem::create_directories(work_dir);
     bench::bench_report report;
     report.set_streaming(&std::cout, opts->json);
     try {
-      bench::run_dram_bench(o, report);
-      bench::run_lmdb_bench(o, report);
+      if (opts->suite == "tiers") {
+        bench::tiers_bench_options o;
+        o.small = opts->small;
+        o.lmdb_keys = opts->small ? 20000 : opts->keys;
+        o.work_dir = work_dir;
+        bench::run_dram_bench(o, report);
+        bench::run_lmdb_bench(o, report);
+      } else {
+        auto m = deploy::load_manifest(opts->manifest);
+        if (!m) throw std::runtime_error(m.err().to_string());
+        bench::e2e_bench_options o;
+        o.base = m->cluster;
+        o.train_rows = opts->small ? 20000 : opts->rows;
+        o.heldout_rows = o.train_rows / 4;
+        o.distinct_keys = cmd->count("--keys") ? opts->keys : (opts->small ? 20000 : 200000);
+        o.torch_script = opts->torch_script;
+        o.work_dir = work_dir;
+        bench::run_e2e_bench(o, report);
+      }
     } catch (const std::exception& e) {
       std::cerr << "strata bench: " << e.what() << '\n';
       exit_code = 1;
     }
     if (own_dir) {
       std::error_code ec;
-      std::filesystem::remove_all(o.work_dir, ec);
+      std::filesystem::remove_all(work_dir, ec);
     }
   });
 }
