@@ -120,6 +120,7 @@ void insert(cache_pointer self, const std::vector<uint64_t>& keys, const std::by
   std::vector<uint64_t> ev_keys(keys.size());
   std::vector<std::byte> ev_rows(keys.size() * st.record_bytes);
   cache_counts counts;
+  const size_t before = st.cache->size();
   run_sync("cache insert", [&](cache_completion done) {
     st.cache->insert(host_span(std::span<const uint64_t>(keys)),
                      host_span(std::span<const std::byte>(records, keys.size() * st.record_bytes)),
@@ -128,8 +129,10 @@ void insert(cache_pointer self, const std::vector<uint64_t>& keys, const std::by
   });
   if (st.mode == training_mode::async)
     for (uint64_t k : keys) st.fetched_at[k] = st.clock;
+  // Every row pushed out, clean or dirty; only dirty ones are written back.
+  const size_t stored = keys.size() - counts.skipped;
+  st.stats.evictions += before + stored - st.cache->size();
   if (counts.evicted > 0) {
-    st.stats.evictions += counts.evicted;
     ev_keys.resize(counts.evicted);
     ev_rows.resize(size_t{counts.evicted} * st.record_bytes);
     write_back(self, ev_keys, ev_rows);

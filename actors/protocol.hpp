@@ -111,7 +111,8 @@ struct tier_stats {
   std::string name;  // "shard 0", "cache 1"
   uint64_t hits = 0;
   uint64_t misses = 0;
-  uint64_t evictions = 0;     // shard: rows evicted from DRAM; cache: dirty rows evicted (written back)
+  uint64_t evictions = 0;     // rows evicted (DRAM tier / cache), clean or dirty
+  // flushed_rows: shard: rows written to LMDB; cache: dirty rows written back
   uint64_t flushed_rows = 0;
   uint64_t rows = 0;
   // shard only: hits per chain tier (dram, write_behind, lmdb) and rows

@@ -160,8 +160,13 @@ shard_actor::behavior_type shard_behavior(shard_pointer self, shard_config confi
         auto& chain = *st.chain;
         tier_stats out;
         out.name = "shard " + std::to_string(st.config.index);
-        out.hits = chain.dram().stats().hits;
-        out.misses = chain.dram().stats().misses;
+        // Lookups of the chain: served by DRAM, or missed it (served below
+        // DRAM or by the initializer).
+        const auto& chain_stats = chain.stats();
+        out.hits = chain_stats.hits_per_tier.empty() ? 0 : chain_stats.hits_per_tier[0];
+        out.misses = chain_stats.initialized;
+        for (size_t t = 1; t < chain_stats.hits_per_tier.size(); ++t)
+          out.misses += chain_stats.hits_per_tier[t];
         out.evictions = chain.dram().stats().evictions;
         out.flushed_rows = st.flushed_rows;
         out.rows = chain.dram().size();
