@@ -32,6 +32,7 @@ demo: build
 
 bench: deps-bench build
 	@./$(BUILD)/strata bench tiers
+	@./$(BUILD)/strata bench e2e
 
 format:
 	@clang-format -i $$(git ls-files '*.cpp' '*.hpp' '*.cu' '*.cuh')

@@ -8,7 +8,8 @@ packages=(cmake g++ make pkg-config git libcaf-dev libucx-dev ucx-utils liblmdb-
   prometheus-cpp-dev prometheus libboost-dev libyaml-cpp-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev libxxhash-dev libcli11-dev iproute2 curl)
 if [[ "${1:-}" == "--bench" ]]; then
-  packages+=(python3-torch)
+  # OpenBLAS: without it Debian's torch falls back to the slow reference BLAS.
+  packages+=(python3-torch libopenblas0-pthread)
 fi
 
 missing=()
