@@ -7,6 +7,7 @@
 
 #include "actors/error.hpp"
 #include "actors/row_batch_util.hpp"
+#include "common/latency_histogram.hpp"
 #include "tiers/cpu_cache.hpp"
 
 namespace strata::actors {
@@ -39,6 +40,7 @@ struct pending_fill {
   std::function<void()> then;  // runs once every row is in (push in pass mode)
   std::function<void(caf::error&)> fail;  // a shard refused a pull
   std::unordered_set<uint64_t> not_admitted;  // keys the shards flagged
+  double started = 0;  // when the lookup arrived (latency metrics)
 };
 
 struct cache_state {
@@ -54,11 +56,15 @@ struct cache_state {
   std::vector<caf::typed_response_promise<ok_atom>> flush_waiters;
   uint64_t clock = 0;                                  // lookups served (async staleness)
   std::unordered_map<uint64_t, uint64_t> fetched_at;   // async: key -> clock when fetched
-  tier_stats stats;
+  tier_stats stats;  // counters; gauges and latencies are added on request
+  latency_histogram lookup_latency, pull_latency, push_latency;
+  double now() const { return config.clock->now_seconds(); }
   static inline const char* name = "cache_tier";
 };
 
 using cache_pointer = cache_tier_actor::stateful_pointer<cache_state>;
+using push_done = std::function<void(push_ack)>;
+using push_failed = std::function<void(caf::error&)>;
 
 void check_flush_waiters(cache_pointer self) {
   auto& st = self->state;
@@ -131,6 +137,7 @@ void insert(cache_pointer self, const std::vector<uint64_t>& keys, const std::by
     for (uint64_t k : keys) st.fetched_at[k] = st.clock;
   // Every row pushed out, clean or dirty; only dirty ones are written back.
   const size_t stored = keys.size() - counts.skipped;
+  st.stats.inserts += stored;
   st.stats.evictions += before + stored - st.cache->size();
   if (counts.evicted > 0) {
     ev_keys.resize(counts.evicted);
@@ -139,9 +146,12 @@ void insert(cache_pointer self, const std::vector<uint64_t>& keys, const std::by
   }
 }
 
-void finish_fill(const std::shared_ptr<pending_fill>& fill) {
+void finish_fill(cache_pointer self, const std::shared_ptr<pending_fill>& fill) {
   if (fill->outstanding > 0) return;
-  if (fill->reply) fill->promise.deliver(lookup_reply{std::move(fill->rows)});
+  if (fill->reply) {
+    self->state.lookup_latency.observe(self->state.now() - fill->started);
+    fill->promise.deliver(lookup_reply{std::move(fill->rows)});
+  }
   if (fill->then) fill->then();
 }
 
@@ -192,7 +202,7 @@ void fill_rows(cache_pointer self, std::shared_ptr<pending_fill> fill, bool coun
     fill->positions[keys[i]].push_back(i);
   }
   if (fill->positions.empty()) {
-    finish_fill(fill);
+    finish_fill(self, fill);
     return;
   }
   std::vector<uint64_t> wanted;
@@ -204,10 +214,12 @@ void fill_rows(cache_pointer self, std::shared_ptr<pending_fill> fill, bool coun
     std::vector<uint64_t> part;
     for (uint32_t i : groups[s]) part.push_back(wanted[i]);
     ++fill->outstanding;
+    const double sent = st.now();
     self->request(st.shards[s], caf::infinite, pull_atom::value, std::move(part))
         .then(
-            [self, fill](pull_reply& reply) {
+            [self, fill, sent](pull_reply& reply) {
               auto& st = self->state;
+              st.pull_latency.observe(st.now() - sent);
               auto* out = reinterpret_cast<std::byte*>(fill->rows.records.data());
               const auto* in = reinterpret_cast<const std::byte*>(reply.rows.records.data());
               std::vector<uint64_t> admitted_keys;
@@ -219,8 +231,10 @@ void fill_rows(cache_pointer self, std::shared_ptr<pending_fill> fill, bool coun
                 if (auto ev = st.evicted.find(reply.rows.keys[j]);
                     ev != st.evicted.end() && meta_of(ev->second.data()).version >= meta_of(rec).version)
                   rec = ev->second.data();
-                if (!reply.admitted.empty() && !reply.admitted[j])
+                if (!reply.admitted.empty() && !reply.admitted[j]) {
                   fill->not_admitted.insert(reply.rows.keys[j]);
+                  ++st.stats.admission_rejections;
+                }
                 for (uint32_t pos : fill->positions[reply.rows.keys[j]])
                   std::memcpy(out + size_t{pos} * st.record_bytes, rec, st.record_bytes);
                 if (reply.admitted.empty() || reply.admitted[j]) {
@@ -230,7 +244,7 @@ void fill_rows(cache_pointer self, std::shared_ptr<pending_fill> fill, bool coun
               }
               insert(self, admitted_keys, admitted_rows.data(), false);
               --fill->outstanding;
-              finish_fill(fill);
+              finish_fill(self, fill);
             },
             [fill](caf::error& err) {
               if (fill->reply) fill->promise.deliver(err);
@@ -242,8 +256,8 @@ void fill_rows(cache_pointer self, std::shared_ptr<pending_fill> fill, bool coun
   }
 }
 
-void push_to_shards(cache_pointer self, const push_request& req,
-                    std::function<void(push_ack)> done, std::function<void(caf::error&)> fail);
+void push_to_shards(cache_pointer self, const push_request& req, push_done done,
+                    push_failed fail);
 
 // Pass mode: applies gradients in the cache; missing rows are pulled first.
 // Rows that still don't fit (a batch larger than the cache) are pushed to
@@ -254,7 +268,8 @@ void push_to_shards(cache_pointer self, const push_request& req,
 struct pass_push {
   push_request req;
   push_ack ack;
-  caf::typed_response_promise<push_ack> promise;
+  push_done done;
+  push_failed fail;
 };
 
 // Updates the positions `which` of p->req in the cache; returns the
@@ -356,36 +371,37 @@ void apply_overflow(cache_pointer self, pass_push& p, const std::vector<uint32_t
   write_back(self, written, written_rows);
 }
 
-void apply_in_cache(cache_pointer self, const push_request& req,
-                    caf::typed_response_promise<push_ack> promise) {
+void apply_in_cache(cache_pointer self, const push_request& req, push_done done,
+                    push_failed fail) {
   auto p = std::make_shared<pass_push>();
   p->req = req;
   p->ack.versions.assign(req.keys.size(), 0);
-  p->promise = promise;
+  p->done = std::move(done);
+  p->fail = std::move(fail);
   std::vector<uint32_t> all(req.keys.size());
   for (uint32_t i = 0; i < all.size(); ++i) all[i] = i;
   auto misses = update_positions(self, *p, all);
   if (misses.empty()) {
-    p->promise.deliver(std::move(p->ack));
+    p->done(std::move(p->ack));
     return;
   }
   // Bring the missing rows in, then apply their gradients.
   auto fill = std::make_shared<pending_fill>();
   for (uint32_t i : misses) fill->keys.push_back(req.keys[i]);
-  fill->fail = [p](caf::error& err) { p->promise.deliver(err); };
+  fill->fail = [p](caf::error& err) { p->fail(err); };
   pending_fill* pulled = fill.get();  // alive while `then` runs (finish_fill holds it)
   fill->then = [self, p, misses, pulled]() {
     auto still = update_positions(self, *p, misses);
     if (!still.empty()) apply_overflow(self, *p, still, *pulled);
-    p->promise.deliver(std::move(p->ack));
+    p->done(std::move(p->ack));
   };
   fill_rows(self, fill, false);
 }
 
 // The owning shards apply the gradients and return the updated rows, which
 // refresh this cache's copies; `done` gets the per-position versions.
-void push_to_shards(cache_pointer self, const push_request& req,
-                    std::function<void(push_ack)> done, std::function<void(caf::error&)> fail) {
+void push_to_shards(cache_pointer self, const push_request& req, push_done done,
+                    push_failed fail) {
   auto& st = self->state;
   const uint32_t dim = st.config.table.layout.dim;
   auto groups = st.map.group(req.keys);
@@ -434,13 +450,6 @@ void push_to_shards(cache_pointer self, const push_request& req,
   if (p->outstanding == 0) p->done(std::move(p->ack));
 }
 
-void forward_push(cache_pointer self, const push_request& req,
-                  caf::typed_response_promise<push_ack> promise) {
-  push_to_shards(
-      self, req, [promise](push_ack ack) mutable { promise.deliver(std::move(ack)); },
-      [promise](caf::error& err) mutable { promise.deliver(err); });
-}
-
 // Writes every dirty row back; `promise` is answered once all are acked.
 void write_back_all(cache_pointer self, caf::typed_response_promise<ok_atom> promise) {
   auto& st = self->state;
@@ -473,7 +482,9 @@ cache_tier_actor::behavior_type cache_behavior(cache_pointer self, cache_config 
       [self](lookup_atom, std::vector<uint64_t>& keys) -> caf::result<lookup_reply> {
         auto& st = self->state;
         ++st.clock;
+        st.stats.lookups += keys.size();
         auto fill = std::make_shared<pending_fill>();
+        fill->started = st.now();
         fill->keys = std::move(keys);
         fill->promise = self->make_response_promise<lookup_reply>();
         fill->reply = true;
@@ -481,6 +492,9 @@ cache_tier_actor::behavior_type cache_behavior(cache_pointer self, cache_config 
         return fill->promise;
       },
       [self](prefetch_atom, std::vector<uint64_t>& keys) {
+        auto& st = self->state;
+        ++st.stats.prefetch_requests;
+        st.stats.prefetch_rows += keys.size();
         auto fill = std::make_shared<pending_fill>();
         fill->keys = std::move(keys);
         fill_rows(self, fill, false);
@@ -489,11 +503,20 @@ cache_tier_actor::behavior_type cache_behavior(cache_pointer self, cache_config 
         auto& st = self->state;
         if (req.grads.size() != req.keys.size() * st.config.table.layout.dim)
           return caf::make_error(caf::sec::runtime_error, "push with a wrong gradient size");
+        ++st.stats.pushes;
+        st.stats.push_rows += req.keys.size();
         auto promise = self->make_response_promise<push_ack>();
+        const double started = st.now();
+        // Times the push from arrival to acknowledgement.
+        push_done done = [self, promise, started](push_ack ack) mutable {
+          self->state.push_latency.observe(self->state.now() - started);
+          promise.deliver(std::move(ack));
+        };
+        push_failed fail = [promise](caf::error& err) mutable { promise.deliver(err); };
         if (st.mode == training_mode::pass)
-          apply_in_cache(self, req, promise);
+          apply_in_cache(self, req, std::move(done), std::move(fail));
         else
-          forward_push(self, req, promise);
+          push_to_shards(self, req, std::move(done), std::move(fail));
         return promise;
       },
       [](pass_start_atom, uint64_t) -> ok_atom { return ok_atom::value; },
@@ -508,8 +531,19 @@ cache_tier_actor::behavior_type cache_behavior(cache_pointer self, cache_config 
         return promise;
       },
       [self](stats_atom) -> tier_stats {
-        auto out = self->state.stats;
-        out.rows = self->state.cache->size();
+        auto& st = self->state;
+        tier_stats out = st.stats;
+        out.kind = "cache";
+        out.index = st.config.index;
+        out.rows = st.cache->size();
+        out.capacity_rows = st.config.geometry.capacity_rows();
+        out.bytes = out.rows * st.record_bytes;
+        out.capacity_bytes = out.capacity_rows * st.record_bytes;
+        out.write_behind_rows = st.evicted.size();
+        out.mailbox_depth = self->mailbox().size();
+        out.latencies = {make_snapshot("cache_lookup", st.lookup_latency),
+                         make_snapshot("pull", st.pull_latency),
+                         make_snapshot("push", st.push_latency)};
         return out;
       },
   };

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "common/clock.hpp"
 #include "model/ctr_model.hpp"
 #include "model/reader.hpp"
 #include "tiers/cache_backend.hpp"
@@ -37,6 +38,8 @@ struct shard_config {
   // Run ssd_flush on a thread of its own (LMDB commits block); off in
   // deterministic tests, where every actor runs on the test scheduler.
   bool flush_on_own_thread = true;
+  // Latency metrics only; nothing in the shard's behaviour reads it.
+  const clock_source* clock = &steady_clock_source::instance();
 };
 
 struct cache_config {
@@ -46,6 +49,8 @@ struct cache_config {
   // Async mode: a copy fetched more than `staleness` batches ago (on the
   // reader's batch clock) is refreshed from its shard.
   uint32_t staleness = 8;
+  // Latency metrics only.
+  const clock_source* clock = &steady_clock_source::instance();
 };
 
 struct worker_config {

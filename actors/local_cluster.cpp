@@ -107,7 +107,7 @@ expected<heldout_result> evaluate(caf::scoped_actor& self, const cluster_config&
 }
 
 expected<training_report> train(caf::actor_system& system, const cluster_config& config,
-                                const progress_callback& progress) {
+                                const progress_callback& progress, const cluster_hooks& hooks) {
   const auto start = clock_type::now();
   auto last_call = start;
   progress_sink sink;
@@ -128,6 +128,7 @@ expected<training_report> train(caf::actor_system& system, const cluster_config&
     training_cluster& cluster;
     ~stopper() { cluster.stop(); }
   } stop_at_exit{*cluster};
+  if (hooks.started) hooks.started(system, *cluster);
 
   auto summary = ask<training_summary>(self, cluster->coordinator, "training", run_atom::value);
   if (!summary) return summary.err();
@@ -159,20 +160,22 @@ expected<training_report> train(caf::actor_system& system, const cluster_config&
   report.heldout_auc = heldout->auc;
   report.heldout_logloss = heldout->logloss;
   report.heldout_examples = heldout->examples;
+  if (hooks.finished) hooks.finished(report);
   return report;
 }
 
 }  // namespace
 
 expected<training_report> run_local_cluster(const cluster_config& config,
-                                            const progress_callback& progress) {
+                                            const progress_callback& progress,
+                                            const cluster_hooks& hooks) {
   caf::actor_system_config system_config;
   add_message_types(system_config);
   add_training_message_types(system_config);
   if (config.threads != 0)
     system_config.set("scheduler.max-threads", static_cast<size_t>(config.threads));
   caf::actor_system system{system_config};
-  return train(system, config, progress);
+  return train(system, config, progress, hooks);
 }
 
 }  // namespace strata::actors

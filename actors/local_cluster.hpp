@@ -39,9 +39,21 @@ struct training_report {
 
 using progress_callback = std::function<void(const training_progress&)>;
 
+struct training_cluster;
+
+// Seams for the composition root (e.g. the metrics exporter): `started`
+// runs once every actor is spawned; `finished` runs with the final report
+// while the actors are still alive (a node keeps serving /metrics for a
+// linger period there), before they stop.
+struct cluster_hooks {
+  std::function<void(caf::actor_system&, const training_cluster&)> started;
+  std::function<void(const training_report&)> finished;
+};
+
 // Trains per `config` and returns the report; errors name what failed
 // (data file, LMDB path, ...).
 expected<training_report> run_local_cluster(const cluster_config& config,
-                                            const progress_callback& progress = {});
+                                            const progress_callback& progress = {},
+                                            const cluster_hooks& hooks = {});
 
 }  // namespace strata::actors

@@ -10,6 +10,7 @@ void add_message_types(caf::actor_system_config& config) {
   config.add_message_type<push_ack>("strata::push_ack");
   config.add_message_type<lookup_reply>("strata::lookup_reply");
   config.add_message_type<dense_weights>("strata::dense_weights");
+  config.add_message_type<latency_snapshot>("strata::latency_snapshot");
   config.add_message_type<tier_stats>("strata::tier_stats");
   config.add_message_type<progress_report>("strata::progress_report");
   config.add_message_type<std::vector<uint64_t>>("std::vector<uint64_t>");

@@ -13,6 +13,8 @@
 
 #include <caf/all.hpp>
 
+#include "common/latency_histogram.hpp"
+
 namespace strata::actors {
 
 // --- atoms (CAF 0.17: at most 10 characters) ----------------------------------
@@ -106,28 +108,71 @@ typename Inspector::result_type inspect(Inspector& f, dense_weights& x) {
   return f(caf::meta::type_name("dense_weights"), x.step, x.weights);
 }
 
-// Counters of one actor's tiers, for reports and metrics.
+// A latency histogram's snapshot: non-cumulative counts per bucket of
+// strata::latency_histogram::bounds (seconds), the last bucket +Inf.
+struct latency_snapshot {
+  std::string name;  // "pull", "push", "cache_lookup", "lmdb_read", "lmdb_write", "flush"
+  std::vector<uint64_t> counts;
+  double sum_seconds = 0;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, latency_snapshot& x) {
+  return f(caf::meta::type_name("latency_snapshot"), x.name, x.counts, x.sum_seconds);
+}
+
+inline latency_snapshot make_snapshot(std::string name, const latency_histogram& h) {
+  latency_snapshot s;
+  s.name = std::move(name);
+  s.counts.assign(h.counts().begin(), h.counts().end());
+  s.sum_seconds = h.sum();
+  return s;
+}
+
+// Counters of one actor's tiers, for reports and metrics. All counters are
+// totals since the actor started (they never decrease); gauges are "now".
 struct tier_stats {
   std::string name;  // "shard 0", "cache 1"
-  uint64_t hits = 0;
+  std::string kind;  // "shard" or "cache"
+  uint32_t index = 0;
+  // counters
+  uint64_t lookups = 0;    // keys looked up (shard: through the chain; cache: lookups + prefetches)
+  uint64_t hits = 0;       // shard: served by DRAM; cache: served by the cache
   uint64_t misses = 0;
-  uint64_t evictions = 0;     // rows evicted (DRAM tier / cache), clean or dirty
-  // flushed_rows: shard: rows written to LMDB; cache: dirty rows written back
-  uint64_t flushed_rows = 0;
-  uint64_t rows = 0;
+  uint64_t inserts = 0;    // rows inserted (promotions, new rows, fills)
+  uint64_t evictions = 0;  // rows evicted (DRAM tier / cache), clean or dirty
+  uint64_t flushed_rows = 0;  // shard: rows written to LMDB; cache: dirty rows written back
+  uint64_t flush_batches = 0;  // shard: LMDB write transactions of ssd_flush
+  uint64_t flush_bytes = 0;    // shard: encoded bytes written to LMDB
+  uint64_t write_back_rows = 0;  // shard: whole rows received from caches
+  uint64_t prefetch_requests = 0;
+  uint64_t prefetch_rows = 0;
+  uint64_t admission_rejections = 0;  // lookups of not-admitted keys + dropped pushes
+  uint64_t ttl_expirations = 0;
+  uint64_t pushes = 0;       // push requests handled
+  uint64_t push_rows = 0;    // key positions pushed
   // shard only: hits per chain tier (dram, write_behind, lmdb) and rows
   // served by the initializer.
   std::vector<uint64_t> chain_hits;
   uint64_t initialized = 0;
+  // gauges
+  uint64_t rows = 0;            // resident rows (shard: DRAM tier; cache: cache)
+  uint64_t bytes = 0;           // bytes allocated for them
+  uint64_t capacity_rows = 0;
+  uint64_t capacity_bytes = 0;
   uint64_t lmdb_rows = 0;
   uint64_t flushes_in_flight = 0;   // shard: batches sent to ssd_flush, not yet confirmed
   uint64_t write_behind_rows = 0;   // shard: rows held until LMDB confirms them
+  uint64_t mailbox_depth = 0;       // messages waiting in this actor's mailbox
+  std::vector<latency_snapshot> latencies;
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, tier_stats& x) {
-  return f(caf::meta::type_name("tier_stats"), x.name, x.hits, x.misses, x.evictions,
-           x.flushed_rows, x.rows, x.chain_hits, x.initialized, x.lmdb_rows, x.flushes_in_flight,
-           x.write_behind_rows);
+  return f(caf::meta::type_name("tier_stats"), x.name, x.kind, x.index, x.lookups, x.hits,
+           x.misses, x.inserts, x.evictions, x.flushed_rows, x.flush_batches, x.flush_bytes,
+           x.write_back_rows, x.prefetch_requests, x.prefetch_rows, x.admission_rejections,
+           x.ttl_expirations, x.pushes, x.push_rows, x.chain_hits, x.initialized, x.rows, x.bytes,
+           x.capacity_rows, x.capacity_bytes, x.lmdb_rows, x.flushes_in_flight,
+           x.write_behind_rows, x.mailbox_depth, x.latencies);
 }
 
 // A worker's progress since its last report.
@@ -165,7 +210,8 @@ using shard_actor = caf::typed_actor<
 // Owns the write side of one LMDB environment: writes a batch in one
 // transaction and answers with its sequence number once committed.
 using ssd_flush_actor = caf::typed_actor<
-    caf::replies_to<flush_atom, uint64_t, row_batch>::with<uint64_t>,
+    // Answers (seq, seconds the LMDB write transaction took).
+    caf::replies_to<flush_atom, uint64_t, row_batch>::with<uint64_t, double>,
     caf::replies_to<drain_atom>::with<ok_atom>>;
 
 // One HBM cache (CPU backend here) in front of the shards.

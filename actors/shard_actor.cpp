@@ -8,12 +8,43 @@
 #include "actors/error.hpp"
 #include "actors/row_batch_util.hpp"
 #include "actors/ssd_flush_actor.hpp"
+#include "common/latency_histogram.hpp"
 
 namespace strata::actors {
 namespace {
 
+// Times the LMDB tier's lookups inside the chain (tier 2).
+class lmdb_read_timer final : public tier_observer {
+ public:
+  lmdb_read_timer(const clock_source* clock, latency_histogram* histogram)
+      : clock_(clock), histogram_(histogram) {}
+  void before_lookup(size_t tier) override {
+    if (tier == lmdb_tier_index) start_ = clock_->now_seconds();
+  }
+  void after_lookup(size_t tier, size_t) override {
+    if (tier == lmdb_tier_index) histogram_->observe(clock_->now_seconds() - start_);
+  }
+  static constexpr size_t lmdb_tier_index = 2;
+
+ private:
+  const clock_source* clock_;
+  latency_histogram* histogram_;
+  double start_ = 0;
+};
+
+// Metrics of the shard's own work (the tiers count theirs).
+struct shard_metrics {
+  latency_histogram pull, push, flush, lmdb_read, lmdb_write;
+  uint64_t pushes = 0, push_rows = 0, write_back_rows = 0;
+  uint64_t prefetch_requests = 0, prefetch_rows = 0;
+  uint64_t flush_batches = 0, flush_bytes = 0;
+  std::map<uint64_t, double> flush_started;  // seq -> time sent
+};
+
 struct shard_state {
   shard_config config;
+  shard_metrics metrics;
+  std::unique_ptr<lmdb_read_timer> read_timer;
   std::unique_ptr<tier_chain> chain;
   ssd_flush_actor flusher;
   std::map<uint64_t, row_batch> in_flight;  // seq -> batch (kept for a retry)
@@ -30,10 +61,17 @@ void maybe_flush(shard_pointer self);
 
 void send_flush(shard_pointer self, uint64_t seq, bool retry) {
   auto& st = self->state;
+  st.metrics.flush_started[seq] = st.config.clock->now_seconds();
   self->request(st.flusher, caf::infinite, flush_atom::value, seq, st.in_flight.at(seq))
       .then(
-          [self](uint64_t done) {
+          [self](uint64_t done, double write_seconds) {
             auto& s = self->state;
+            auto& m = s.metrics;
+            m.flush.observe(s.config.clock->now_seconds() - m.flush_started[done]);
+            m.flush_started.erase(done);
+            m.lmdb_write.observe(write_seconds);
+            ++m.flush_batches;
+            m.flush_bytes += s.in_flight[done].keys.size() * s.config.table.layout.encoded_bytes();
             s.flushed_rows += s.in_flight[done].keys.size();
             s.in_flight.erase(done);
             s.chain->flushed(done);
@@ -86,20 +124,25 @@ shard_actor::behavior_type shard_behavior(shard_pointer self, shard_config confi
   st.config = std::move(config);
   st.chain = std::move(*chain);
   st.flusher = flusher;
+  st.read_timer = std::make_unique<lmdb_read_timer>(st.config.clock, &st.metrics.lmdb_read);
+  st.chain->set_observer(st.read_timer.get());
   self->link_to(flusher);
   const row_layout layout = st.config.table.layout;
   return {
       [self, layout](pull_atom, const std::vector<uint64_t>& keys) -> caf::result<pull_reply> {
+        const double start = self->state.config.clock->now_seconds();
         pull_reply reply;
         reply.rows.keys = keys;
         reply.rows.records.resize(keys.size() * layout.record_bytes());
         auto s = self->state.chain->lookup(keys, rows_of(reply.rows, layout), &reply.admitted);
         if (!s) return to_caf(s.err());
         maybe_flush(self);
+        self->state.metrics.pull.observe(self->state.config.clock->now_seconds() - start);
         return reply;
       },
       [self, layout](push_atom, const push_request& req) -> caf::result<push_reply> {
         auto& chain = *self->state.chain;
+        const double start = self->state.config.clock->now_seconds();
         if (req.grads.size() != req.keys.size() * layout.dim)
           return caf::make_error(caf::sec::runtime_error,
                                  "push of " + std::to_string(req.keys.size()) + " keys carries " +
@@ -117,6 +160,10 @@ shard_actor::behavior_type shard_behavior(shard_pointer self, shard_config confi
         s = chain.lookup(unique, rows_of(reply.rows, layout), nullptr);
         if (!s) return to_caf(s.err());
         maybe_flush(self);
+        auto& m = self->state.metrics;
+        ++m.pushes;
+        m.push_rows += req.keys.size();
+        m.push.observe(self->state.config.clock->now_seconds() - start);
         return reply;
       },
       [self, layout](write_back_atom, const row_batch& rows) -> caf::result<ok_atom> {
@@ -124,10 +171,13 @@ shard_actor::behavior_type shard_behavior(shard_pointer self, shard_config confi
           return caf::make_error(caf::sec::runtime_error, "malformed write-back batch");
         auto s = self->state.chain->write_back(rows.keys, rows_of(rows, layout));
         if (!s) return to_caf(s.err());
+        self->state.metrics.write_back_rows += rows.keys.size();
         maybe_flush(self);
         return ok_atom::value;
       },
       [self, layout](prefetch_atom, const std::vector<uint64_t>& keys) {
+        ++self->state.metrics.prefetch_requests;
+        self->state.metrics.prefetch_rows += keys.size();
         std::vector<std::byte> scratch(keys.size() * layout.record_bytes());
         auto s = self->state.chain->lookup(keys, {scratch.data(), layout.record_bytes()}, nullptr);
         if (!s) caf::aout(self) << "strata: prefetch failed: " << s.err().to_string() << "\n";
@@ -158,23 +208,44 @@ shard_actor::behavior_type shard_behavior(shard_pointer self, shard_config confi
       [self](stats_atom) -> tier_stats {
         auto& st = self->state;
         auto& chain = *st.chain;
+        const auto& cs = chain.stats();
+        const auto& dram = chain.dram();
+        const auto& m = st.metrics;
         tier_stats out;
         out.name = "shard " + std::to_string(st.config.index);
+        out.kind = "shard";
+        out.index = st.config.index;
         // Lookups of the chain: served by DRAM, or missed it (served below
         // DRAM or by the initializer).
-        const auto& chain_stats = chain.stats();
-        out.hits = chain_stats.hits_per_tier.empty() ? 0 : chain_stats.hits_per_tier[0];
-        out.misses = chain_stats.initialized;
-        for (size_t t = 1; t < chain_stats.hits_per_tier.size(); ++t)
-          out.misses += chain_stats.hits_per_tier[t];
-        out.evictions = chain.dram().stats().evictions;
+        out.hits = cs.hits_per_tier.empty() ? 0 : cs.hits_per_tier[0];
+        out.misses = cs.initialized;
+        for (size_t t = 1; t < cs.hits_per_tier.size(); ++t) out.misses += cs.hits_per_tier[t];
+        out.lookups = out.hits + out.misses;
+        out.inserts = cs.promoted + (cs.initialized - cs.not_admitted);
+        out.evictions = dram.stats().evictions;
         out.flushed_rows = st.flushed_rows;
-        out.rows = chain.dram().size();
-        out.chain_hits = chain.stats().hits_per_tier;
-        out.initialized = chain.stats().initialized;
+        out.flush_batches = m.flush_batches;
+        out.flush_bytes = m.flush_bytes;
+        out.write_back_rows = m.write_back_rows;
+        out.prefetch_requests = m.prefetch_requests;
+        out.prefetch_rows = m.prefetch_rows;
+        out.admission_rejections = cs.not_admitted + cs.dropped_pushes;
+        out.ttl_expirations = dram.stats().expired;
+        out.pushes = m.pushes;
+        out.push_rows = m.push_rows;
+        out.chain_hits = cs.hits_per_tier;
+        out.initialized = cs.initialized;
+        out.rows = dram.size();
+        out.bytes = dram.memory_bytes();
+        out.capacity_rows = dram.capacity_rows();
+        out.capacity_bytes = st.config.dram.capacity_bytes;
         out.lmdb_rows = chain.durable() ? chain.durable()->size() : 0;
         out.flushes_in_flight = st.in_flight.size();
         out.write_behind_rows = chain.write_behind().size();
+        out.mailbox_depth = self->mailbox().size();
+        out.latencies = {make_snapshot("pull", m.pull), make_snapshot("push", m.push),
+                         make_snapshot("flush", m.flush), make_snapshot("lmdb_read", m.lmdb_read),
+                         make_snapshot("lmdb_write", m.lmdb_write)};
         return out;
       },
   };
@@ -189,7 +260,8 @@ expected<shard_actor> spawn_shard(caf::actor_system& system, const shard_config&
   writer_config.shared_handle = true;
   auto writer = lmdb_tier::open(config.table.layout, writer_config);
   if (!writer) return writer.err();
-  auto flusher = spawn_ssd_flush(system, std::move(*writer), config.flush_on_own_thread);
+  auto flusher =
+      spawn_ssd_flush(system, std::move(*writer), config.flush_on_own_thread, config.clock);
   auto chain = std::make_shared<std::unique_ptr<tier_chain>>(std::make_unique<tier_chain>(
       config.table, config.chain, std::make_unique<dram_tier>(config.table.layout, config.dram),
       std::move(*reader)));

@@ -10,21 +10,25 @@ namespace {
 
 struct flush_state {
   std::unique_ptr<lmdb_tier> writer;
+  const clock_source* clock = nullptr;
   static inline const char* name = "ssd_flush";
 };
 
 ssd_flush_actor::behavior_type flush_behavior(ssd_flush_actor::stateful_pointer<flush_state> self,
-                                              std::shared_ptr<std::unique_ptr<lmdb_tier>> writer) {
+                                              std::shared_ptr<std::unique_ptr<lmdb_tier>> writer,
+                                              const clock_source* clock) {
   self->state.writer = std::move(*writer);
+  self->state.clock = clock;
   return {
-      [self](flush_atom, uint64_t seq, const row_batch& rows) -> caf::result<uint64_t> {
+      [self](flush_atom, uint64_t seq, const row_batch& rows) -> caf::result<uint64_t, double> {
         lmdb_tier& tier = *self->state.writer;
         if (!well_formed(rows, tier.layout()))
           return caf::make_error(caf::sec::runtime_error, "malformed flush batch " + std::to_string(seq));
         row_buffer none(tier.layout());
+        const double start = self->state.clock->now_seconds();
         auto st = tier.store(rows.keys, rows_of(rows, tier.layout()), true, none);
         if (!st) return to_caf(st.err());
-        return seq;
+        return {seq, self->state.clock->now_seconds() - start};
       },
       [self](drain_atom) -> caf::result<ok_atom> {
         auto st = self->state.writer->sync();
@@ -37,11 +41,11 @@ ssd_flush_actor::behavior_type flush_behavior(ssd_flush_actor::stateful_pointer<
 }  // namespace
 
 ssd_flush_actor spawn_ssd_flush(caf::actor_system& system, std::unique_ptr<lmdb_tier> writer,
-                                bool own_thread) {
+                                bool own_thread, const clock_source* clock) {
   // CAF copies spawn arguments: hand the unique_ptr over through a shared box.
   auto box = std::make_shared<std::unique_ptr<lmdb_tier>>(std::move(writer));
-  if (own_thread) return system.spawn<caf::detached>(flush_behavior, box);
-  return system.spawn(flush_behavior, box);
+  if (own_thread) return system.spawn<caf::detached>(flush_behavior, box, clock);
+  return system.spawn(flush_behavior, box, clock);
 }
 
 }  // namespace strata::actors

@@ -10,13 +10,16 @@
 #include <caf/fwd.hpp>
 
 #include "actors/protocol.hpp"
+#include "common/clock.hpp"
 #include "tiers/lmdb_tier.hpp"
 
 namespace strata::actors {
 
 // own_thread: run detached (LMDB commits block a thread); off in
 // deterministic tests.
+// clock: times each LMDB write transaction (the reply carries it).
 ssd_flush_actor spawn_ssd_flush(caf::actor_system& system, std::unique_ptr<lmdb_tier> writer,
-                                bool own_thread = true);
+                                bool own_thread = true,
+                                const clock_source* clock = &steady_clock_source::instance());
 
 }  // namespace strata::actors

@@ -46,7 +46,9 @@ status tier_chain::locate(std::span<const uint64_t> keys, rows_span out, std::ve
     rows.reserve(sub_keys.size());
     for (uint64_t k : sub_keys) rows.append(k);
     misses.clear();
+    if (observer_) observer_->before_lookup(t);
     STRATA_TRY(tiers_[t]->lookup(sub_keys, rows.rows(), misses));
+    if (observer_) observer_->after_lookup(t, sub_keys.size());
     std::vector<uint32_t> still;
     size_t m = 0;
     for (uint32_t j = 0; j < sub_keys.size(); ++j) {

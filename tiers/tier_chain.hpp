@@ -42,6 +42,15 @@ struct tier_chain_config {
   uint32_t sketch_depth = 4;
 };
 
+// Optional seam for metrics: told before and after each tier's lookup (the
+// owner times it; the chain reads no clock).
+class tier_observer {
+ public:
+  virtual ~tier_observer() = default;
+  virtual void before_lookup(size_t tier) = 0;
+  virtual void after_lookup(size_t tier, size_t keys) = 0;
+};
+
 struct tier_chain_stats {
   std::vector<uint64_t> hits_per_tier;  // by tier index
   uint64_t initialized = 0;             // keys served by the initializer
@@ -95,6 +104,8 @@ class tier_chain {
   write_behind_buffer& write_behind() { return *write_behind_; }
   lmdb_tier* durable() { return durable_.get(); }
   const tier_chain_stats& stats() const { return stats_; }
+  // Not owned; null to stop observing.
+  void set_observer(tier_observer* observer) { observer_ = observer; }
 
  private:
   status store_spilled(row_buffer& spilled);
@@ -112,6 +123,7 @@ class tier_chain {
   std::optional<count_min_sketch> sketch_;
   tier_chain_stats stats_;
   uint32_t tick_ = 0;
+  tier_observer* observer_ = nullptr;
 };
 
 }  // namespace strata

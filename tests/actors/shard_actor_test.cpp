@@ -212,6 +212,41 @@ TEST_F(shard_fixture, DrainMakesEveryAcknowledgedPushDurable) {
     EXPECT_EQ(weights_of(out.data() + i * table.layout.record_bytes())[1], 4.0f);
 }
 
+// The shard's metrics count what happened: one pull latency per pull, one
+// LMDB write per flush batch, lookups = hits + misses.
+TEST_F(shard_fixture, StatsCountRequestsFlushesAndLatencies) {
+  std::vector<uint64_t> keys;
+  for (uint64_t k = 0; k < 100; ++k) keys.push_back(k);
+  push(keys, 1.0f);
+  pull(keys);
+  pull({1, 2});
+  h.call<ok_atom>(shard, drain_atom::value);
+  auto s = h.call<tier_stats>(shard, stats_atom::value);
+  EXPECT_EQ(s.kind, "shard");
+  EXPECT_EQ(s.pushes, 1u);
+  EXPECT_EQ(s.push_rows, 100u);
+  EXPECT_EQ(s.lookups, s.hits + s.misses);
+  EXPECT_GT(s.evictions, 0u);
+  EXPECT_GT(s.flush_batches, 0u);
+  EXPECT_EQ(s.flush_bytes, s.flushed_rows * table.layout.encoded_bytes());
+  EXPECT_EQ(s.capacity_rows, 16u);
+  EXPECT_LE(s.bytes, s.capacity_bytes);
+  auto count = [&](const std::string& name) {
+    for (const auto& l : s.latencies) {
+      if (l.name != name) continue;
+      uint64_t n = 0;
+      for (uint64_t c : l.counts) n += c;
+      return n;
+    }
+    return uint64_t{0};
+  };
+  EXPECT_EQ(count("pull"), 2u);
+  EXPECT_EQ(count("push"), 1u);
+  EXPECT_EQ(count("lmdb_write"), s.flush_batches);
+  EXPECT_EQ(count("flush"), s.flush_batches);
+  EXPECT_GT(count("lmdb_read"), 0u);  // the pulls reached evicted rows in LMDB
+}
+
 TEST(ShardSpawn, UnusableLmdbDirectoryIsAnErrorNamingThePath) {
   temp_dir dir;
   actor_harness h;
