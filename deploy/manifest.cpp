@@ -389,6 +389,7 @@ struct raw_manifest {
   std::optional<model::datagen_config> generate;
 
   actors::dense_config dense;
+  metrics_settings metrics;
 };
 
 void read_top(section& root, raw_manifest& r) {
@@ -531,6 +532,14 @@ void read_dense(section s, raw_manifest& r) {
   s.finish();
 }
 
+void read_metrics(section s, raw_manifest& r) {
+  s.unsigned_int("port", r.metrics.port);
+  s.text("bind_address", r.metrics.bind_address);
+  s.text("node", r.metrics.node);
+  s.unsigned_int("linger_seconds", r.metrics.linger_seconds, 0, 24 * 3600);
+  s.finish();
+}
+
 // --- cross-field rules --------------------------------------------------------
 
 uint32_t reader_slots(const raw_manifest& r) {
@@ -647,6 +656,8 @@ manifest build(const raw_manifest& r, const std::string& file) {
   m.data = r.data;
   m.split = r.split;
   m.ssd_path = r.ssd_path;
+  m.metrics = r.metrics;
+  if (m.metrics.node.empty()) m.metrics.node = r.name;
   if (r.generate) {
     m.generate = *r.generate;
     m.generate->output = r.data.path;
@@ -778,6 +789,7 @@ expected<manifest> parse_manifest(std::string_view text, const std::string& file
     top.require("data");
     read_data(top.child("data"), r);
     read_dense(top.child("dense"), r);
+    read_metrics(top.child("metrics"), r);
     top.finish();
   } catch (const YAML::Exception& e) {
     diag.fail(e.mark, "", e.msg);

@@ -40,6 +40,14 @@ struct data_split {
   uint64_t heldout_examples = 0;  // cap on held-out examples evaluated (0: the rest)
 };
 
+// `metrics`: the node's Prometheus endpoint (monitoring/exporter.hpp).
+struct metrics_settings {
+  uint16_t port = 0;                       // 0: no metrics endpoint
+  std::string bind_address = "127.0.0.1";  // loopback unless asked otherwise
+  std::string node;                        // label `node`; empty: the cluster's name
+  uint32_t linger_seconds = 0;             // keep serving the final values this long after training
+};
+
 struct manifest {
   std::filesystem::path file;  // the manifest itself (for messages)
   actors::cluster_config cluster;
@@ -50,6 +58,7 @@ struct manifest {
   // `data.generate`: launch generates the data into data.path if absent.
   std::optional<model::datagen_config> generate;
   std::filesystem::path ssd_path;  // shards' LMDB environments: ssd_path / "shard-<i>"
+  metrics_settings metrics;       // node filled in (the cluster's name by default)
   // True once the training/held-out windows are in `cluster` (after
   // resolve_data_split, or at parse time for explicit counts).
   bool split_resolved = false;
