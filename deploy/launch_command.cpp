@@ -5,7 +5,10 @@
 // the training and held-out windows; start from empty shard state (the
 // previous run's LMDB environments under shards.ssd_path are removed:
 // without --resume, which comes with checkpoints, a run starts fresh);
-// train with a progress line on stderr; print the report.
+// train with a progress line on stderr; print the report. With a
+// `metrics` port, /metrics is served from before training starts; after
+// training the report's values are frozen there and served for
+// metrics.linger_seconds (the report is printed first), then the node stops.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -15,12 +18,16 @@
 #include <set>
 #include <string>
 #include <system_error>
+#include <thread>
 
+#include "actors/coordinator_actor.hpp"
 #include "actors/local_cluster.hpp"
 #include "deploy/commands.hpp"
 #include "deploy/manifest.hpp"
 #include "deploy/status_line.hpp"
+#include "deploy/version.hpp"
 #include "model/datagen.hpp"
+#include "monitoring/exporter.hpp"
 
 namespace strata::cli {
 namespace {
@@ -231,13 +238,55 @@ int launch(const std::string& path) {
       c.threads ? std::to_string(c.threads).c_str() : "all");
   std::fflush(stdout);
 
+  std::unique_ptr<monitoring::exporter> metrics;
+  if (m.metrics.port != 0) {
+    monitoring::exporter_config mc;
+    mc.bind_address = m.metrics.bind_address;
+    mc.port = m.metrics.port;
+    mc.node = m.metrics.node;
+    mc.table = c.table.name;
+    auto started = monitoring::exporter::start(
+        mc, {STRATA_VERSION, STRATA_GIT_REVISION, STRATA_CUDA_ENABLED != 0});
+    if (!started) return fail(started.err());
+    metrics = std::move(*started);
+    std::printf("metrics: serving %s (node %s)\n", metrics->url().c_str(), mc.node.c_str());
+    std::fflush(stdout);
+  }
+
   const uint64_t total = planned_examples(c);
   status_line line;
+  bool printed = false;
+  actors::cluster_hooks hooks;
+  if (metrics) {
+    hooks.started = [&](caf::actor_system& system, const actors::training_cluster& cluster) {
+      metrics->watch(system, cluster.shards, cluster.caches);
+    };
+    // The actors are still alive here: freeze the final values, print the
+    // report, and keep serving them for the linger period.
+    hooks.finished = [&](const actors::training_report& r) {
+      metrics->freeze(r);
+      line.done();
+      print_report(m, r);
+      printed = true;
+      if (m.metrics.linger_seconds > 0) {
+        std::printf("metrics: serving the final values on %s for %u s\n", metrics->url().c_str(),
+                    m.metrics.linger_seconds);
+        std::fflush(stdout);
+        std::this_thread::sleep_for(std::chrono::seconds(m.metrics.linger_seconds));
+      }
+    };
+  }
   auto report = actors::run_local_cluster(
-      c, [&](const actors::training_progress& p) { line.update(progress_text(p, total)); });
+      c,
+      [&](const actors::training_progress& p) {
+        if (metrics) metrics->update_training(p);
+        line.update(progress_text(p, total));
+      },
+      hooks);
   line.done();
   if (!report) return fail(report.err());
-  print_report(m, *report);
+  if (!printed) print_report(m, *report);
+  std::fflush(stdout);
   return 0;
 }
 

@@ -1,0 +1,177 @@
+#include "monitoring/exporter.hpp"
+
+#include <algorithm>
+#include <exception>
+#include <mutex>
+#include <optional>
+#include <utility>
+
+#include <caf/all.hpp>
+#include <prometheus/collectable.h>
+#include <prometheus/exposer.h>
+
+namespace strata::monitoring {
+
+// The scrape side: asks the watched actors (under the lock, each with a
+// timeout) and renders the snapshot.
+class exporter::collector : public prometheus::Collectable {
+ public:
+  collector(const exporter_config& config, const build_info& build) : timeout_(config.stats_timeout) {
+    snapshot_.node = config.node;
+    snapshot_.table = config.table;
+    snapshot_.build = build;
+  }
+
+  std::vector<prometheus::MetricFamily> Collect() const override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (system_ != nullptr) refresh();
+    return to_families(snapshot_);
+  }
+
+  void watch(caf::actor_system& system, std::vector<actors::shard_actor> shards,
+             std::vector<actors::cache_tier_actor> caches) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (frozen_) return;
+    system_ = &system;
+    shards_ = std::move(shards);
+    caches_ = std::move(caches);
+    snapshot_.training.active = true;
+  }
+
+  // Called when a watched actor exits (on its thread): stop asking.
+  void detach() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    system_ = nullptr;
+    shards_.clear();
+    caches_.clear();
+  }
+
+  void update_training(const actors::training_progress& p) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (frozen_) return;
+    auto& t = snapshot_.training;
+    t.examples = std::max(t.examples, p.examples);
+    t.batches = std::max(t.batches, p.batches);
+    t.loss = p.recent_loss;
+    t.examples_per_s = p.examples_per_s;
+    t.active = true;
+  }
+
+  void freeze(const actors::training_report& report) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    system_ = nullptr;
+    shards_.clear();
+    caches_.clear();
+    frozen_ = true;
+    for (const auto& final_stats : report.tiers) {
+      auto it = find(final_stats.kind, final_stats.index);
+      if (it == snapshot_.tiers.end())
+        snapshot_.tiers.push_back(final_stats);
+      else
+        *it = monotonic_merge(*it, final_stats);
+    }
+    auto& t = snapshot_.training;
+    t.examples = std::max(t.examples, report.examples);
+    t.loss = report.train_loss;
+    t.examples_per_s = report.examples_per_s;
+    if (report.heldout_examples > 0) t.heldout_auc = report.heldout_auc;
+    t.active = false;
+  }
+
+ private:
+  std::vector<actors::tier_stats>::iterator find(const std::string& kind, uint32_t index) const {
+    return std::find_if(snapshot_.tiers.begin(), snapshot_.tiers.end(),
+                        [&](const auto& t) { return t.kind == kind && t.index == index; });
+  }
+
+  // Requires the lock. Keeps the last answer of an actor that does not
+  // answer in time.
+  void refresh() const {
+    caf::scoped_actor self{*system_};
+    auto store = [&](actors::tier_stats& stats) {
+      auto it = find(stats.kind, stats.index);
+      if (it == snapshot_.tiers.end())
+        snapshot_.tiers.push_back(std::move(stats));
+      else
+        *it = monotonic_merge(*it, stats);
+    };
+    auto ask = [&](const auto& handle) {
+      self->request(handle, timeout_, actors::stats_atom::value)
+          .receive([&](actors::tier_stats& stats) { store(stats); },
+                   [&](caf::error&) { ++snapshot_.stats_failures; });
+    };
+    for (const auto& s : shards_) ask(s);
+    for (const auto& c : caches_) ask(c);
+    std::sort(snapshot_.tiers.begin(), snapshot_.tiers.end(), [](const auto& a, const auto& b) {
+      if (a.kind != b.kind) return a.kind > b.kind;  // shards first
+      return a.index < b.index;
+    });
+  }
+
+  const std::chrono::milliseconds timeout_;
+  mutable std::mutex mutex_;
+  mutable node_snapshot snapshot_;
+  caf::actor_system* system_ = nullptr;
+  std::vector<actors::shard_actor> shards_;
+  std::vector<actors::cache_tier_actor> caches_;
+  bool frozen_ = false;
+};
+
+struct exporter::impl {
+  std::shared_ptr<collector> metrics;
+  std::unique_ptr<prometheus::Exposer> exposer;
+  std::string bind_address;
+  uint16_t port = 0;
+};
+
+expected<std::unique_ptr<exporter>> exporter::start(const exporter_config& config,
+                                                    const build_info& build) {
+  std::unique_ptr<exporter> e(new exporter());
+  e->impl_ = std::make_unique<impl>();
+  e->impl_->metrics = std::make_shared<collector>(config, build);
+  e->impl_->bind_address = config.bind_address;
+  const std::string listen = config.bind_address + ":" + std::to_string(config.port);
+  try {
+    e->impl_->exposer = std::make_unique<prometheus::Exposer>(listen, 2);
+  } catch (const std::exception& ex) {
+    return error(errc::io_error, "metrics: cannot serve /metrics on " + listen + ": " + ex.what() +
+                                     " (is the port in use? metrics.port: 0 turns metrics off)");
+  }
+  const auto ports = e->impl_->exposer->GetListeningPorts();
+  if (ports.empty())
+    return error(errc::io_error, "metrics: " + listen + ": the server listens on no port");
+  e->impl_->port = static_cast<uint16_t>(ports.front());
+  e->impl_->exposer->RegisterCollectable(e->impl_->metrics);
+  return e;
+}
+
+exporter::~exporter() {
+  // Stop serving before the collector goes (the exposer holds it weakly).
+  if (impl_) impl_->exposer.reset();
+}
+
+uint16_t exporter::port() const { return impl_->port; }
+
+std::string exporter::url() const {
+  return "http://" + impl_->bind_address + ":" + std::to_string(impl_->port) + "/metrics";
+}
+
+void exporter::watch(caf::actor_system& system, const std::vector<actors::shard_actor>& shards,
+                     const std::vector<actors::cache_tier_actor>& caches) {
+  std::weak_ptr<collector> weak = impl_->metrics;
+  auto on_exit = [weak] {
+    if (auto c = weak.lock()) c->detach();
+  };
+  impl_->metrics->watch(system, shards, caches);
+  // An actor that has already exited runs the functor at once.
+  for (const auto& s : shards) caf::actor_cast<caf::actor>(s)->attach_functor(on_exit);
+  for (const auto& c : caches) caf::actor_cast<caf::actor>(c)->attach_functor(on_exit);
+}
+
+void exporter::update_training(const actors::training_progress& progress) {
+  impl_->metrics->update_training(progress);
+}
+
+void exporter::freeze(const actors::training_report& report) { impl_->metrics->freeze(report); }
+
+}  // namespace strata::monitoring

@@ -1,0 +1,163 @@
+// Integration with a stock Prometheus server (Debian's package): the test
+// starts `prometheus` on loopback with a scrape configuration for the free
+// ports it picked (scrape interval 1 s), runs a small real training with
+// `strata launch`, and once the run has printed its report and lingers,
+// queries Prometheus' HTTP API: the node is `up`, and the counters
+// Prometheus holds equal the run's own final report exactly.
+//
+// Targets first appear 10-14 s after Prometheus starts, so it is started
+// first; the run lingers long enough for scrapes after training, and the
+// test stops both processes as soon as it has checked.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <thread>
+
+#include "tests/monitoring/test_support.hpp"
+
+namespace strata::monitoring::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+std::string url_encode(const std::string& s) {
+  std::string out;
+  for (unsigned char c : s) {
+    if (std::isalnum(c) || c == '_' || c == '-' || c == '.') {
+      out += static_cast<char>(c);
+    } else {
+      char hex[4];
+      std::snprintf(hex, sizeof hex, "%%%02X", c);
+      out += hex;
+    }
+  }
+  return out;
+}
+
+struct sample {
+  double timestamp = 0;
+  double value = 0;
+};
+
+// The single sample an instant query returns, or nullopt (no result yet).
+std::optional<sample> query(uint16_t port, const std::string& promql) {
+  auto body = http_get(port, "/api/v1/query?query=" + url_encode(promql));
+  if (!body) return std::nullopt;
+  static const std::regex value(R"re("value":\[([0-9.e+]+),"([^"]+)"\])re");
+  std::smatch m;
+  if (!std::regex_search(*body, m, value)) return std::nullopt;
+  return sample{std::stod(m[1]), std::stod(m[2])};
+}
+
+struct tier_line {
+  std::string kind;
+  std::string index;
+  uint64_t hits, misses, evictions, flushed;
+};
+
+// The report's "examples: N in" and "  shard 0: hits H, misses M, ..." lines.
+uint64_t report_examples(const std::string& out) {
+  std::smatch m;
+  static const std::regex examples(R"(\nexamples: ([0-9]+) in )");
+  return std::regex_search(out, m, examples) ? std::stoull(m[1]) : 0;
+}
+std::vector<tier_line> report_tiers(const std::string& out) {
+  static const std::regex line(
+      R"(\n  (shard|cache) ([0-9]+): hits ([0-9]+), misses ([0-9]+), evictions ([0-9]+), flushed rows ([0-9]+))");
+  std::vector<tier_line> tiers;
+  for (std::sregex_iterator it(out.begin(), out.end(), line), end; it != end; ++it)
+    tiers.push_back({(*it)[1], (*it)[2], std::stoull((*it)[3]), std::stoull((*it)[4]),
+                     std::stoull((*it)[5]), std::stoull((*it)[6])});
+  return tiers;
+}
+
+double now_unix() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+TEST(PrometheusServer, ScrapesTheNodeAndHoldsTheRunsFinalReport) {
+  if (!on_path("prometheus"))
+    GTEST_SKIP() << "prometheus is not installed (Debian package prometheus: make deps)";
+  temp_dir dir("strata-prometheus");
+  const uint16_t node_port = free_port();
+  const uint16_t prom_port = free_port();
+  const std::string node = "prom-node";
+  std::ofstream(dir.path() / "prometheus.yml")
+      << "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
+         "scrape_configs:\n  - job_name: strata\n    static_configs:\n"
+         "      - targets: ['127.0.0.1:"
+      << node_port << "']\n";
+  child_process prometheus({"prometheus", "--config.file=" + (dir.path() / "prometheus.yml").string(),
+                            "--storage.tsdb.path=" + (dir.path() / "tsdb").string(),
+                            "--web.listen-address=127.0.0.1:" + std::to_string(prom_port)},
+                           dir.path() / "prometheus.log");
+  // Held-out fraction 0: the held-out evaluation pulls from the shards
+  // after the report's tier counters are read, so the live counters would
+  // then run ahead of the report.
+  const auto manifest = dir.path() / "manifest.yaml";
+  std::ofstream(manifest) << small_manifest(dir.path(), node_port, node, 40000, 60, 0.0);
+  child_process strata({STRATA_BINARY, "launch", manifest.string()}, dir.path() / "launch.log");
+
+  // Training ends: the report is printed, the final values frozen.
+  double report_seen = 0;
+  for (auto deadline = std::chrono::steady_clock::now() + 60s;
+       std::chrono::steady_clock::now() < deadline;) {
+    ASSERT_TRUE(strata.running()) << strata.output();
+    if (strata.output().find("serving the final values") != std::string::npos) {
+      report_seen = now_unix();
+      break;
+    }
+    std::this_thread::sleep_for(100ms);
+  }
+  ASSERT_GT(report_seen, 0) << "training did not finish in time:\n" << strata.output();
+  const std::string out = strata.output();
+  const uint64_t examples = report_examples(out);
+  const auto tiers = report_tiers(out);
+  ASSERT_GT(examples, 0u) << out;
+  ASSERT_EQ(tiers.size(), 4u) << out;
+
+  // Wait for a scrape that started after the freeze (samples carry the
+  // scrape's start time).
+  const std::string sel = "{node=\"" + node + "\"}";
+  std::optional<sample> s;
+  for (auto deadline = std::chrono::steady_clock::now() + 40s;
+       std::chrono::steady_clock::now() < deadline;) {
+    ASSERT_TRUE(prometheus.running()) << prometheus.output();
+    s = query(prom_port, "strata_training_examples_total" + sel);
+    if (s && s->timestamp > report_seen) break;
+    std::this_thread::sleep_for(250ms);
+  }
+  ASSERT_TRUE(s && s->timestamp > report_seen)
+      << "Prometheus holds no scrape after training:\n" << prometheus.output();
+  EXPECT_EQ(s->value, static_cast<double>(examples));
+
+  auto up = query(prom_port, "up{job=\"strata\"}");
+  ASSERT_TRUE(up);
+  EXPECT_EQ(up->value, 1);
+  auto active = query(prom_port, "strata_training_active" + sel);
+  ASSERT_TRUE(active);
+  EXPECT_EQ(active->value, 0);
+
+  for (const auto& t : tiers) {
+    const std::string owner =
+        "node=\"" + node + "\"," + t.kind + "=\"" + t.index + "\"";
+    const std::string tier = t.kind == "shard" ? "dram" : "cache";
+    auto expect = [&](const std::string& metric, const std::string& labels, uint64_t want) {
+      auto got = query(prom_port, metric + "{" + labels + "}");
+      ASSERT_TRUE(got) << metric << "{" << labels << "}: no sample";
+      EXPECT_EQ(got->value, static_cast<double>(want)) << metric << "{" << labels << "}";
+    };
+    expect("strata_tier_hits_total", owner + ",tier=\"" + tier + "\"", t.hits);
+    expect("strata_tier_misses_total", owner + ",tier=\"" + tier + "\"", t.misses);
+    expect("strata_tier_evictions_total", owner + ",tier=\"" + tier + "\"", t.evictions);
+    expect(t.kind == "shard" ? "strata_shard_flush_rows_total" : "strata_cache_write_back_rows_total",
+           owner, t.flushed);
+  }
+}
+
+}  // namespace
+}  // namespace strata::monitoring::testing

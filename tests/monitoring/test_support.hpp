@@ -1,0 +1,74 @@
+// Helpers for the monitoring tests, which run real processes (strata
+// launch, prometheus, promtool) on loopback:
+//   child_process  fork/exec with stdout+stderr to a file; the destructor
+//                  kills it (SIGTERM, then SIGKILL) and reaps it, so a
+//                  failing test never leaves a process behind;
+//   free_port      a loopback port the kernel just handed out (bind to 0);
+//   http_get       a plain HTTP/1.0 GET on loopback (no client library);
+//   parse_exposition  Prometheus text format -> series -> value.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace strata::monitoring::testing {
+
+class child_process {
+ public:
+  // Runs argv[0] (searched on PATH) with its output to `log`.
+  child_process(const std::vector<std::string>& argv, const std::filesystem::path& log);
+  ~child_process();
+  child_process(const child_process&) = delete;
+  child_process& operator=(const child_process&) = delete;
+
+  bool running();
+  // Waits up to `limit` for the exit; the exit status, or nullopt.
+  std::optional<int> wait_for(std::chrono::milliseconds limit);
+  std::string output() const;  // what it has written so far
+
+ private:
+  pid_t pid_ = -1;
+  std::optional<int> status_;
+  std::filesystem::path log_;
+};
+
+uint16_t free_port();
+
+// The body of GET http://127.0.0.1:port/path, or nullopt (connect failed,
+// not 200).
+std::optional<std::string> http_get(uint16_t port, const std::string& path);
+
+// series text (name{labels} exactly as written) -> value; every series
+// seen more than once is added to `duplicates`.
+std::map<std::string, double> parse_exposition(const std::string& text,
+                                               std::vector<std::string>* duplicates = nullptr);
+
+// Runs a shell command; its exit status and combined output.
+std::pair<int, std::string> run_command(const std::string& command);
+
+bool on_path(const std::string& program);
+
+// A temporary directory removed with its contents at scope exit.
+class temp_dir {
+ public:
+  explicit temp_dir(const std::string& prefix);
+  ~temp_dir();
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+// The manifest of a small real run: 2 shards, 2 caches, 2 workers on
+// generated data in `dir`, metrics on `port`, node `node`.
+std::string small_manifest(const std::filesystem::path& dir, uint16_t port, const std::string& node,
+                           uint64_t rows, uint32_t linger_seconds, double heldout_fraction);
+
+}  // namespace strata::monitoring::testing
