@@ -55,7 +55,6 @@ struct cache_state {
   size_t write_backs_in_flight = 0;
   std::vector<caf::typed_response_promise<ok_atom>> flush_waiters;
   uint64_t clock = 0;                                  // lookups served (async staleness)
-  std::unordered_map<uint64_t, uint64_t> fetched_at;   // async: key -> clock when fetched
   tier_stats stats;  // counters; gauges and latencies are added on request
   latency_histogram lookup_latency, pull_latency, push_latency;
   double now() const { return config.clock->now_seconds(); }
@@ -118,11 +117,16 @@ void write_back(cache_pointer self, const std::vector<uint64_t>& keys,
   }
 }
 
-// Inserts rows; evicted dirty rows go back to their shards.
-void insert(cache_pointer self, const std::vector<uint64_t>& keys, const std::byte* records,
+// Inserts rows; evicted dirty rows go back to their shards. In async mode
+// each record's access tick is stamped with this tier's batch clock: the
+// time it was fetched, which the staleness check reads back.
+void insert(cache_pointer self, const std::vector<uint64_t>& keys, std::byte* records,
             bool dirty) {
   auto& st = self->state;
   if (keys.empty()) return;
+  if (st.mode == training_mode::async)
+    for (size_t i = 0; i < keys.size(); ++i)
+      meta_of(records + i * st.record_bytes).tick = static_cast<uint32_t>(st.clock);
   std::vector<uint64_t> ev_keys(keys.size());
   std::vector<std::byte> ev_rows(keys.size() * st.record_bytes);
   cache_counts counts;
@@ -133,8 +137,6 @@ void insert(cache_pointer self, const std::vector<uint64_t>& keys, const std::by
                      dirty, host_span(std::span<uint64_t>(ev_keys)),
                      host_span(std::span<std::byte>(ev_rows)), counts, std::move(done));
   });
-  if (st.mode == training_mode::async)
-    for (uint64_t k : keys) st.fetched_at[k] = st.clock;
   // Every row pushed out, clean or dirty; only dirty ones are written back.
   const size_t stored = keys.size() - counts.skipped;
   st.stats.inserts += stored;
@@ -180,9 +182,8 @@ void fill_rows(cache_pointer self, std::shared_ptr<pending_fill> fill, bool coun
         ++m;
         continue;
       }
-      auto it = st.fetched_at.find(keys[i]);
-      if (it == st.fetched_at.end() || it->second + st.config.staleness < st.clock)
-        stale.push_back(i);
+      const uint64_t fetched = meta_of(out + size_t{i} * st.record_bytes).tick;
+      if (fetched + st.config.staleness < st.clock) stale.push_back(i);
     }
     if (!stale.empty()) {
       misses.insert(misses.end(), stale.begin(), stale.end());
@@ -432,7 +433,7 @@ void push_to_shards(cache_pointer self, const push_request& req, push_done done,
         .then(
             [self, p](push_reply& reply) {
               auto& st = self->state;
-              const auto* in = reinterpret_cast<const std::byte*>(reply.rows.records.data());
+              auto* in = reinterpret_cast<std::byte*>(reply.rows.records.data());
               std::unordered_map<uint64_t, uint64_t> version;
               for (size_t j = 0; j < reply.rows.keys.size(); ++j)
                 version[reply.rows.keys[j]] = meta_of(in + j * st.record_bytes).version;

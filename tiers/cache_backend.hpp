@@ -89,7 +89,8 @@ class cache_backend {
                      cache_completion done) = 0;
 
   // Inserts rows. A key already present keeps the copy with the higher
-  // version (equal: the resident one; counts.skipped). A full set evicts
+  // version (equal: the resident one, counts.skipped; it takes the incoming
+  // access metadata — freq, tick — if the incoming tick is newer). A full set evicts
   // its least recently used slot; evicted *dirty* rows are written to
   // evicted_keys / evicted_rows (counts.evicted of them; capacity must be
   // >= keys.size()), clean ones are dropped. `dirty` marks the inserted

@@ -145,24 +145,20 @@ void cpu_cache::query(memory_span<const uint64_t> keys, memory_span<std::byte> r
     return finish(bad_argument("query: miss_indices capacity below keys.size()"));
 
   ++m.tick;
-  m.sort_batch(keys.data(), n);
-  m.missed.assign(n, 0);
-  m.for_each_key([&](size_t first, size_t last) {
-    const ptrdiff_t slot = m.find(m.order[first].set, m.order[first].key);
+  // A query changes nothing but the touched slots' tick, which is the same
+  // for the whole batch: unlike insert and update it needs no set/key
+  // ordering, so keys are served in batch order.
+  for (size_t i = 0; i < n; ++i) {
+    const uint64_t key = keys.data()[i];
+    const ptrdiff_t slot = m.find(cache_set_of(key, m.geometry.sets), key);
     if (slot < 0) {
-      for (size_t i = first; i < last; ++i) m.missed[m.order[i].pos] = 1;
-      return;
+      miss_indices.data()[counts.misses++] = static_cast<uint32_t>(i);
+      continue;
     }
     m.ticks[slot] = m.tick;
-    const std::byte* src = m.record(static_cast<size_t>(slot));
-    for (size_t i = first; i < last; ++i)
-      std::memcpy(rows.data() + size_t{m.order[i].pos} * m.record_bytes, src, m.record_bytes);
-  });
-  for (size_t i = 0; i < n; ++i) {
-    if (m.missed[i])
-      miss_indices.data()[counts.misses++] = static_cast<uint32_t>(i);
-    else
-      ++counts.hits;
+    std::memcpy(rows.data() + i * m.record_bytes, m.record(static_cast<size_t>(slot)),
+                m.record_bytes);
+    ++counts.hits;
   }
   finish({});
 }
@@ -204,10 +200,17 @@ void cpu_cache::insert(memory_span<const uint64_t> keys, memory_span<const std::
     if (found >= 0) {
       const size_t slot = static_cast<size_t>(found);
       m.ticks[slot] = m.tick;
-      if (meta_of(best).version > meta_of(m.record(slot)).version) {
+      row_meta& resident = meta_of(m.record(slot));
+      if (meta_of(best).version > resident.version) {
         std::memcpy(m.record(slot), best, m.record_bytes);
         m.flags[slot] = new_flags;
       } else {
+        // The same row again (a refresh): it keeps its bytes, but takes the
+        // newer access metadata (the cache tier stamps when it fetched).
+        if (meta_of(best).version == resident.version && meta_of(best).tick > resident.tick) {
+          resident.tick = meta_of(best).tick;
+          resident.freq = meta_of(best).freq;
+        }
         ++counts.skipped;
       }
       return;
