@@ -10,7 +10,6 @@
 //                               components instrumented directly (baseline).
 // Run: build/bench/metrics_bench
 #include <benchmark/benchmark.h>
-
 #include <prometheus/counter.h>
 #include <prometheus/registry.h>
 
@@ -53,7 +52,8 @@ BENCHMARK(BM_PlainCounterIncrement);
 
 void BM_PrometheusCounterIncrement(benchmark::State& state) {
   prometheus::Registry registry;
-  auto& counter = prometheus::BuildCounter().Name("bench_total").Help("bench").Register(registry).Add({});
+  auto& counter =
+      prometheus::BuildCounter().Name("bench_total").Help("bench").Register(registry).Add({});
   for (auto _ : state) counter.Increment();
   benchmark::DoNotOptimize(counter.Value());
   state.SetItemsProcessed(state.iterations());

@@ -59,8 +59,9 @@ class family_set {
   }
   std::vector<MetricFamily> take() {
     for (auto& f : families_)
-      std::stable_sort(f.metric.begin(), f.metric.end(),
-                       [](const ClientMetric& a, const ClientMetric& b) { return a.label < b.label; });
+      std::stable_sort(
+          f.metric.begin(), f.metric.end(),
+          [](const ClientMetric& a, const ClientMetric& b) { return a.label < b.label; });
     return std::move(families_);
   }
 
@@ -136,8 +137,8 @@ void add_tier(family_set& out, const labels& owner, const actors::tier_stats& t)
   // The resident tier (DRAM or the cache) with its capacity and policy
   // counters.
   const labels top = with(owner, {{"tier", shard ? "dram" : "cache"}});
-  out.counter("strata_tier_inserts_total", "Rows inserted into the tier (promotions, new rows, fills).",
-              top, d(t.inserts));
+  out.counter("strata_tier_inserts_total",
+              "Rows inserted into the tier (promotions, new rows, fills).", top, d(t.inserts));
   out.counter("strata_tier_evictions_total", "Rows evicted from the tier, clean or dirty.", top,
               d(t.evictions));
   out.counter("strata_tier_admission_rejections_total",
@@ -189,8 +190,8 @@ void add_cache(family_set& out, const labels& owner, const actors::tier_stats& t
               d(t.prefetch_requests));
   out.counter("strata_cache_prefetch_rows_total", "Keys named by prefetch requests.", owner,
               d(t.prefetch_rows));
-  out.counter("strata_cache_write_back_rows_total",
-              "Dirty rows written back to their shards.", owner, d(t.flushed_rows));
+  out.counter("strata_cache_write_back_rows_total", "Dirty rows written back to their shards.",
+              owner, d(t.flushed_rows));
   out.counter("strata_cache_pushes_total", "Push requests handled.", owner, d(t.pushes));
   out.counter("strata_cache_push_rows_total", "Key positions pushed.", owner, d(t.push_rows));
 }
@@ -224,8 +225,8 @@ std::vector<MetricFamily> to_families(const node_snapshot& s) {
 
   for (const auto& tier : s.tiers) {
     const bool shard = tier.kind == "shard";
-    const labels owner = with(node, {{"table", s.table},
-                                     {shard ? "shard" : "cache", std::to_string(tier.index)}});
+    const labels owner =
+        with(node, {{"table", s.table}, {shard ? "shard" : "cache", std::to_string(tier.index)}});
     add_tier(out, owner, tier);
     if (shard)
       add_shard(out, owner, tier);
@@ -238,8 +239,8 @@ std::vector<MetricFamily> to_families(const node_snapshot& s) {
                     owner, lat);
   }
   out.counter("strata_monitoring_stats_failures_total",
-              "Stats requests to shards and caches that failed or timed out at scrape time.",
-              node, d(s.stats_failures));
+              "Stats requests to shards and caches that failed or timed out at scrape time.", node,
+              d(s.stats_failures));
   return out.take();
 }
 
@@ -263,8 +264,10 @@ actors::tier_stats monotonic_merge(const actors::tier_stats& earlier,
   keep(m.pushes, earlier.pushes);
   keep(m.push_rows, earlier.push_rows);
   keep(m.initialized, earlier.initialized);
-  if (m.chain_hits.size() < earlier.chain_hits.size()) m.chain_hits.resize(earlier.chain_hits.size());
-  for (size_t i = 0; i < earlier.chain_hits.size(); ++i) keep(m.chain_hits[i], earlier.chain_hits[i]);
+  if (m.chain_hits.size() < earlier.chain_hits.size())
+    m.chain_hits.resize(earlier.chain_hits.size());
+  for (size_t i = 0; i < earlier.chain_hits.size(); ++i)
+    keep(m.chain_hits[i], earlier.chain_hits[i]);
   for (const auto& before : earlier.latencies) {
     auto it = std::find_if(m.latencies.begin(), m.latencies.end(),
                            [&](const auto& l) { return l.name == before.name; });

@@ -12,12 +12,12 @@
 // (exporter.hpp) calls them at scrape time.
 #pragma once
 
+#include <prometheus/metric_family.h>
+
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <prometheus/metric_family.h>
 
 #include "actors/protocol.hpp"
 
@@ -34,16 +34,16 @@ struct build_info {
 struct training_values {
   uint64_t examples = 0;
   uint64_t batches = 0;
-  double loss = 0;            // mean logloss of the recent reports
-  double examples_per_s = 0;  // since training started
+  double loss = 0;                    // mean logloss of the recent reports
+  double examples_per_s = 0;          // since training started
   std::optional<double> heldout_auc;  // the last held-out evaluation, once there is one
-  bool active = false;        // training is running
+  bool active = false;                // training is running
 };
 
 // Everything one scrape exports.
 struct node_snapshot {
-  std::string node;   // label `node`
-  std::string table;  // label `table`
+  std::string node;                       // label `node`
+  std::string table;                      // label `table`
   std::vector<actors::tier_stats> tiers;  // shards and caches (kind "shard" / "cache")
   training_values training;
   build_info build;

@@ -1,14 +1,14 @@
 #include "monitoring/exporter.hpp"
 
+#include <prometheus/collectable.h>
+#include <prometheus/exposer.h>
+
 #include <algorithm>
+#include <caf/all.hpp>
 #include <exception>
 #include <mutex>
 #include <optional>
 #include <utility>
-
-#include <caf/all.hpp>
-#include <prometheus/collectable.h>
-#include <prometheus/exposer.h>
 
 namespace strata::monitoring {
 
@@ -16,7 +16,8 @@ namespace strata::monitoring {
 // timeout) and renders the snapshot.
 class exporter::collector : public prometheus::Collectable {
  public:
-  collector(const exporter_config& config, const build_info& build) : timeout_(config.stats_timeout) {
+  collector(const exporter_config& config, const build_info& build)
+      : timeout_(config.stats_timeout) {
     snapshot_.node = config.node;
     snapshot_.table = config.table;
     snapshot_.build = build;

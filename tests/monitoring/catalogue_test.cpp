@@ -4,7 +4,6 @@
 #include "monitoring/catalogue.hpp"
 
 #include <gtest/gtest.h>
-
 #include <prometheus/text_serializer.h>
 
 #include <set>
@@ -139,9 +138,9 @@ TEST(Catalogue, ShardChainCascades) {
 TEST(Catalogue, MonotonicMergeNeverLowersACounter) {
   auto before = shard(0);
   auto after = shard(0);
-  after.hits = 50;     // lower: keep 60
-  after.misses = 90;   // higher: take it
-  after.rows = 1;      // gauge: take the later value
+  after.hits = 50;    // lower: keep 60
+  after.misses = 90;  // higher: take it
+  after.rows = 1;     // gauge: take the later value
   after.latencies[0].counts[1] = 0;
   const auto merged = monotonic_merge(before, after);
   EXPECT_EQ(merged.hits, 60u);

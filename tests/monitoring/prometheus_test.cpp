@@ -91,10 +91,11 @@ TEST(PrometheusServer, ScrapesTheNodeAndHoldsTheRunsFinalReport) {
          "scrape_configs:\n  - job_name: strata\n    static_configs:\n"
          "      - targets: ['127.0.0.1:"
       << node_port << "']\n";
-  child_process prometheus({"prometheus", "--config.file=" + (dir.path() / "prometheus.yml").string(),
-                            "--storage.tsdb.path=" + (dir.path() / "tsdb").string(),
-                            "--web.listen-address=127.0.0.1:" + std::to_string(prom_port)},
-                           dir.path() / "prometheus.log");
+  child_process prometheus(
+      {"prometheus", "--config.file=" + (dir.path() / "prometheus.yml").string(),
+       "--storage.tsdb.path=" + (dir.path() / "tsdb").string(),
+       "--web.listen-address=127.0.0.1:" + std::to_string(prom_port)},
+      dir.path() / "prometheus.log");
   // Held-out fraction 0: the held-out evaluation pulls from the shards
   // after the report's tier counters are read, so the live counters would
   // then run ahead of the report.
@@ -131,8 +132,8 @@ TEST(PrometheusServer, ScrapesTheNodeAndHoldsTheRunsFinalReport) {
     if (s && s->timestamp > report_seen) break;
     std::this_thread::sleep_for(250ms);
   }
-  ASSERT_TRUE(s && s->timestamp > report_seen)
-      << "Prometheus holds no scrape after training:\n" << prometheus.output();
+  ASSERT_TRUE(s && s->timestamp > report_seen) << "Prometheus holds no scrape after training:\n"
+                                               << prometheus.output();
   EXPECT_EQ(s->value, static_cast<double>(examples));
 
   auto up = query(prom_port, "up{job=\"strata\"}");
@@ -143,8 +144,7 @@ TEST(PrometheusServer, ScrapesTheNodeAndHoldsTheRunsFinalReport) {
   EXPECT_EQ(active->value, 0);
 
   for (const auto& t : tiers) {
-    const std::string owner =
-        "node=\"" + node + "\"," + t.kind + "=\"" + t.index + "\"";
+    const std::string owner = "node=\"" + node + "\"," + t.kind + "=\"" + t.index + "\"";
     const std::string tier = t.kind == "shard" ? "dram" : "cache";
     auto expect = [&](const std::string& metric, const std::string& labels, uint64_t want) {
       auto got = query(prom_port, metric + "{" + labels + "}");
@@ -154,8 +154,9 @@ TEST(PrometheusServer, ScrapesTheNodeAndHoldsTheRunsFinalReport) {
     expect("strata_tier_hits_total", owner + ",tier=\"" + tier + "\"", t.hits);
     expect("strata_tier_misses_total", owner + ",tier=\"" + tier + "\"", t.misses);
     expect("strata_tier_evictions_total", owner + ",tier=\"" + tier + "\"", t.evictions);
-    expect(t.kind == "shard" ? "strata_shard_flush_rows_total" : "strata_cache_write_back_rows_total",
-           owner, t.flushed);
+    expect(
+        t.kind == "shard" ? "strata_shard_flush_rows_total" : "strata_cache_write_back_rows_total",
+        owner, t.flushed);
   }
 }
 

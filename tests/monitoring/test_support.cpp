@@ -116,8 +116,8 @@ std::optional<std::string> http_get(uint16_t port, const std::string& path) {
   }
   ::close(fd);
   const auto header_end = response.find("\r\n\r\n");
-  const bool ok = response.compare(0, 12, "HTTP/1.1 200") == 0 ||
-                  response.compare(0, 12, "HTTP/1.0 200") == 0;
+  const bool ok =
+      response.compare(0, 12, "HTTP/1.1 200") == 0 || response.compare(0, 12, "HTTP/1.0 200") == 0;
   if (header_end == std::string::npos || !ok) return std::nullopt;
   return response.substr(header_end + 4);
 }
