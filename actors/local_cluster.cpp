@@ -135,11 +135,20 @@ expected<training_report> train(caf::actor_system& system, const cluster_config&
   training_report report;
   report.seconds = seconds_since(start);
   report.examples = summary->examples;
+  report.batches = summary->batches;
   report.examples_per_s =
       report.seconds > 0 ? static_cast<double>(report.examples) / report.seconds : 0;
   report.train_loss = summary->tail_loss;
   report.bad_lines = summary->bad_lines;
 
+  auto heldout = evaluate(self, config, *cluster);
+  if (!heldout) return heldout.err();
+  report.heldout_auc = heldout->auc;
+  report.heldout_logloss = heldout->logloss;
+  report.heldout_examples = heldout->examples;
+
+  // Read after the evaluation (whose pulls the shards count too), so the
+  // report and a node's final /metrics agree.
   // After the drain every stored row is in its shard's LMDB environment.
   for (size_t s = 0; s < cluster->shards.size(); ++s) {
     auto stats = ask<tier_stats>(self, cluster->shards[s], "stats of shard " + std::to_string(s),
@@ -155,11 +164,6 @@ expected<training_report> train(caf::actor_system& system, const cluster_config&
     report.tiers.push_back(std::move(*stats));
   }
 
-  auto heldout = evaluate(self, config, *cluster);
-  if (!heldout) return heldout.err();
-  report.heldout_auc = heldout->auc;
-  report.heldout_logloss = heldout->logloss;
-  report.heldout_examples = heldout->examples;
   if (hooks.finished) hooks.finished(report);
   return report;
 }

@@ -26,6 +26,7 @@ struct training_progress {
 
 struct training_report {
   uint64_t examples = 0;
+  uint64_t batches = 0;
   double seconds = 0;
   double examples_per_s = 0;
   double train_loss = 0;  // mean over the last 10% of batches
@@ -33,7 +34,7 @@ struct training_report {
   double heldout_logloss = 0;
   uint64_t heldout_examples = 0;
   uint64_t bad_lines = 0;
-  std::vector<tier_stats> tiers;  // every shard and cache tier
+  std::vector<tier_stats> tiers;  // every shard and cache tier, after the evaluation
   uint64_t stored_keys = 0;       // distinct keys with a row (DRAM + LMDB, after drain)
 };
 

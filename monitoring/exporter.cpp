@@ -73,6 +73,7 @@ class exporter::collector : public prometheus::Collectable {
     }
     auto& t = snapshot_.training;
     t.examples = std::max(t.examples, report.examples);
+    t.batches = std::max(t.batches, report.batches);
     t.loss = report.train_loss;
     t.examples_per_s = report.examples_per_s;
     if (report.heldout_examples > 0) t.heldout_auc = report.heldout_auc;

@@ -96,11 +96,10 @@ TEST(PrometheusServer, ScrapesTheNodeAndHoldsTheRunsFinalReport) {
        "--storage.tsdb.path=" + (dir.path() / "tsdb").string(),
        "--web.listen-address=127.0.0.1:" + std::to_string(prom_port)},
       dir.path() / "prometheus.log");
-  // Held-out fraction 0: the held-out evaluation pulls from the shards
-  // after the report's tier counters are read, so the live counters would
-  // then run ahead of the report.
+  // With a held-out window: the report's tier counters are read after the
+  // evaluation's pulls, so they are the shards' final values.
   const auto manifest = dir.path() / "manifest.yaml";
-  std::ofstream(manifest) << small_manifest(dir.path(), node_port, node, 40000, 60, 0.0);
+  std::ofstream(manifest) << small_manifest(dir.path(), node_port, node, 40000, 60, 0.1);
   child_process strata({STRATA_BINARY, "launch", manifest.string()}, dir.path() / "launch.log");
 
   // Training ends: the report is printed, the final values frozen.
