@@ -307,3 +307,24 @@ TEST(Manifest, MissingFileIsNamed) {
 
 }  // namespace
 }  // namespace strata::deploy
+
+namespace strata::deploy {
+namespace {
+
+TEST(Manifest, MetricsSectionParsesWithDefaults) {
+  auto off = parse_manifest(text_of(base_lines), "m.yaml");
+  ASSERT_TRUE(off) << off.err().message();
+  EXPECT_EQ(off->metrics.port, 0);  // metrics off unless asked for
+  auto on = parse_manifest(appended("metrics:\n  port: 9555\n  linger_seconds: 3\n"), "m.yaml");
+  ASSERT_TRUE(on) << on.err().message();
+  EXPECT_EQ(on->metrics.port, 9555);
+  EXPECT_EQ(on->metrics.node, "t");  // the cluster's name by default
+}
+
+TEST(Manifest, MetricsErrorsNameTheField) {
+  EXPECT_ERROR(appended("metrics:\n  port: 70000\n"), "m.yaml:17: metrics.port");
+  EXPECT_ERROR(appended("metrics:\n  prot: 9555\n"), "m.yaml:17: metrics.prot");
+}
+
+}  // namespace
+}  // namespace strata::deploy
