@@ -1,6 +1,7 @@
 #include "actors/worker_actor.hpp"
 
 #include <deque>
+#include <unordered_map>
 #include <optional>
 #include <string>
 
@@ -57,15 +58,18 @@ class model_gradients final : public gradient_source {
 
 // --- the worker ----------------------------------------------------------------
 
-// A batch read ahead: its keys split into routes, one per cache tier it
-// talks to (route r goes to peers.caches[r]).
+// A batch read ahead: its distinct keys split into routes, one per cache
+// tier it talks to (route r goes to peers.caches[r]). A key repeated in the
+// batch is looked up once and pushed once, its gradients summed here in
+// batch order (ARCHITECTURE.md, Duplicate keys) — less to send, copy and
+// reduce downstream, with the same sums the owner would compute.
 struct pending_batch {
   model::batch batch;
-  size_t key_count = 0;
-  std::vector<std::vector<uint64_t>> route_keys;
-  // Positions in batch.keys() of route_keys[r]; empty for the single route
-  // of async mode, which carries every position in order.
-  std::vector<std::vector<uint32_t>> route_positions;
+  size_t key_count = 0;  // key positions, duplicates included
+  std::vector<std::vector<uint64_t>> route_keys;  // distinct keys per route
+  // Per route, (position in batch.keys(), index in route_keys[r]) for every
+  // position routed there, in ascending position order.
+  std::vector<std::vector<std::pair<uint32_t, uint32_t>>> route_members;
 };
 
 struct worker_state {
@@ -114,27 +118,22 @@ void fail(worker_pointer self, caf::error err) {
 
 pending_batch make_pending(const worker_state& st, model::batch batch) {
   pending_batch p;
-  auto keys = batch.keys();
+  const auto keys = batch.keys();
   p.key_count = keys.size();
   p.batch = std::move(batch);
-  if (st.peers.mode == training_mode::async) {
-    p.route_keys.push_back(std::move(keys));
-    p.route_positions.emplace_back();
-    return p;
-  }
-  const auto owners = static_cast<uint32_t>(st.peers.caches.size());
-  p.route_keys.resize(owners);
-  p.route_positions.resize(owners);
+  const bool async = st.peers.mode == training_mode::async;
+  const auto routes = async ? 1u : static_cast<uint32_t>(st.peers.caches.size());
+  p.route_keys.resize(routes);
+  p.route_members.resize(routes);
+  std::unordered_map<uint64_t, uint32_t> index;  // key -> index in its route
+  index.reserve(keys.size());
   for (size_t i = 0; i < keys.size(); ++i) {
-    const uint32_t owner = pass_owner_of(keys[i], owners);
-    p.route_keys[owner].push_back(keys[i]);
-    p.route_positions[owner].push_back(static_cast<uint32_t>(i));
+    const uint32_t r = async ? 0 : pass_owner_of(keys[i], routes);
+    auto [it, first] = index.try_emplace(keys[i], static_cast<uint32_t>(p.route_keys[r].size()));
+    if (first) p.route_keys[r].push_back(keys[i]);
+    p.route_members[r].emplace_back(static_cast<uint32_t>(i), it->second);
   }
   return p;
-}
-
-size_t position_of(const pending_batch& p, size_t route, size_t j) {
-  return p.route_positions[route].empty() ? j : p.route_positions[route][j];
 }
 
 bool may_start_batch(const worker_state& st) {
@@ -195,14 +194,17 @@ void train_head(worker_pointer self) {
     if (head.route_keys[r].empty()) continue;
     push_request push;
     push.keys = std::move(head.route_keys[r]);
-    if (head.route_positions[r].empty()) {
-      push.grads = std::move(out.row_grads);
-    } else {
-      push.grads.resize(push.keys.size() * dim);
-      for (size_t j = 0; j < push.keys.size(); ++j) {
-        const float* g = out.row_grads.data() + size_t{head.route_positions[r][j]} * dim;
-        std::copy(g, g + dim, push.grads.data() + j * dim);
+    push.grads.resize(push.keys.size() * dim);
+    std::vector<bool> seen(push.keys.size(), false);
+    for (const auto& [pos, u] : head.route_members[r]) {  // ascending positions
+      const float* g = out.row_grads.data() + size_t{pos} * dim;
+      float* acc = push.grads.data() + size_t{u} * dim;
+      if (!seen[u]) {  // the first copy, then the others added in batch order
+        std::copy(g, g + dim, acc);
+        seen[u] = true;
+        continue;
       }
+      for (uint32_t j = 0; j < dim; ++j) acc[j] += g[j];
     }
     ++*acks_missing;
     self->request(st.peers.caches[r], caf::infinite, push_atom::value, std::move(push))
@@ -284,9 +286,9 @@ void lookup_head(worker_pointer self) {
               }
               const auto& head = s.ahead.front();
               const auto* records = reinterpret_cast<const std::byte*>(reply.rows.records.data());
-              for (size_t j = 0; j < expected; ++j) {
-                const float* w = weights_of(records + j * record_bytes);
-                std::copy(w, w + dim, s.rows.data() + position_of(head, r, j) * dim);
+              for (const auto& [pos, u] : head.route_members[r]) {
+                const float* w = weights_of(records + size_t{u} * record_bytes);
+                std::copy(w, w + dim, s.rows.data() + size_t{pos} * dim);
               }
               --s.lookup_replies_missing;
               pump(self);
