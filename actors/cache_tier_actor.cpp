@@ -138,9 +138,10 @@ void insert(cache_pointer self, const std::vector<uint64_t>& keys, std::byte* re
                      host_span(std::span<std::byte>(ev_rows)), counts, std::move(done));
   });
   // Every row pushed out, clean or dirty; only dirty ones are written back.
-  const size_t stored = keys.size() - counts.skipped;
-  st.stats.inserts += stored;
-  st.stats.evictions += before + stored - st.cache->size();
+  // New keys took a slot each; the cache grew by fewer if some evicted.
+  const size_t new_keys = keys.size() - counts.skipped - counts.replaced;
+  st.stats.inserts += new_keys;
+  st.stats.evictions += before + new_keys - st.cache->size();
   if (counts.evicted > 0) {
     ev_keys.resize(counts.evicted);
     ev_rows.resize(size_t{counts.evicted} * st.record_bytes);

@@ -204,6 +204,7 @@ void cpu_cache::insert(memory_span<const uint64_t> keys, memory_span<const std::
       if (meta_of(best).version > resident.version) {
         std::memcpy(m.record(slot), best, m.record_bytes);
         m.flags[slot] = new_flags;
+        ++counts.replaced;
       } else {
         // The same row again (a refresh): it keeps its bytes, but takes the
         // newer access metadata (the cache tier stamps when it fetched).

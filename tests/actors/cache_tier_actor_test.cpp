@@ -98,6 +98,8 @@ TEST(CacheTier, LookupFetchesMissesFromEveryShardThenHits) {
   EXPECT_EQ(owners.size(), 3u);  // the batch really spans every shard
   auto s1 = f.h.call<tier_stats>(cache, stats_atom::value);
   EXPECT_EQ(s1.misses, keys.size());
+  EXPECT_EQ(s1.inserts, keys.size() - 1);  // the duplicate is one key
+  EXPECT_EQ(s1.evictions, 0u);
   f.lookup(cache, keys);
   auto s2 = f.h.call<tier_stats>(cache, stats_atom::value);
   EXPECT_EQ(s2.hits, keys.size());
@@ -126,6 +128,10 @@ TEST(CacheTier, AsyncPushIsAppliedByTheShardAndRefreshesTheCopy) {
   auto rows = f.lookup(cache, {7, 8});
   EXPECT_EQ(f.weight(rows, 0), 2.0f);
   EXPECT_EQ(f.weight(rows, 1), 1.0f);
+  // Refreshing resident copies from the push reply is no eviction.
+  auto stats = f.h.call<tier_stats>(cache, stats_atom::value);
+  EXPECT_EQ(stats.evictions, 0u);
+  EXPECT_EQ(stats.inserts, 2u);
 }
 
 // Another cache tier's copy may be stale, but at most `staleness` batches.
