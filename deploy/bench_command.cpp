@@ -7,6 +7,9 @@
 #include "bench/report.hpp"
 #include "deploy/commands.hpp"
 #include "deploy/manifest.hpp"
+#if STRATA_WITH_GPU_BENCH
+#include "gpu/gpu_bench.hpp"  // built only with CUDA (gpu/CMakeLists.txt)
+#endif
 
 namespace strata::cli {
 
@@ -23,9 +26,9 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   };
   auto opts = std::make_shared<options>();
   auto* cmd = app.add_subcommand("bench", "benchmarks, side by side with their baselines");
-  cmd->add_option("suite", opts->suite, "suite to run: tiers, e2e")
+  cmd->add_option("suite", opts->suite, "suite to run: tiers, e2e, gpu")
       ->required()
-      ->check(CLI::IsMember({"tiers", "e2e"}));
+      ->check(CLI::IsMember({"tiers", "e2e", "gpu"}));
   cmd->add_flag("--json", opts->json, "one JSON object per result line");
   cmd->add_flag("--small", opts->small, "tiny sizes (a smoke run)");
   cmd->add_option("--keys", opts->keys,
@@ -53,6 +56,14 @@ void add_bench_command(CLI::App& app, int& exit_code) {
         o.work_dir = work_dir;
         bench::run_dram_bench(o, report);
         bench::run_lmdb_bench(o, report);
+      } else if (opts->suite == "gpu") {
+#if STRATA_WITH_GPU_BENCH
+        bench::gpu_bench_options o;
+        o.small = opts->small;
+        bench::run_gpu_bench(o, report, std::cerr);
+#else
+        std::cerr << "strata bench gpu: skipped: built without CUDA (nvcc not found)\n";
+#endif
       } else {
         auto m = deploy::load_manifest(opts->manifest);
         if (!m) throw std::runtime_error(m.err().to_string());

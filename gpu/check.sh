@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Runs the CUDA tests and benchmark built here on a machine with a GPU and
+# writes a short report. The device machine has no network and no Debian
+# packages: build here first (cudart is linked statically), carry the build
+# folder, then run:   gpu/check.sh [BUILD_DIR] [REPORT]
+# Budget: well under 5 minutes on one H200 (tests ~1 min, bench ~1 min).
+set -u
+build=${1:-build-gpu}
+report=${2:-${OUT:-.}/gpu-report.txt}
+mkdir -p "$(dirname "$report")"
+fail=0
+exec > >(tee "$report") 2>&1
+  echo "# strata gpu check $(date -u +%FT%TZ)"
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | head -2
+  for t in gpu_host_test cuda_cache_test; do
+    echo "## $t"
+    if timeout 120 "$build/tests/$t" --gtest_brief=1 >"$report.$t.log" 2>&1; then
+      echo "ok"; tail -3 "$report.$t.log"
+    else
+      fail=1; echo "FAILED (rc $?)"; grep -E "Failure|FAILED|error|Skipped" -A3 "$report.$t.log" | head -60
+    fi
+  done
+  echo "## strata bench gpu"
+  if ! timeout 150 "$build/strata" bench gpu 2>&1; then fail=1; echo "bench FAILED"; fi
+exit $fail
