@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: deps deps-bench configure build test test-long demo bench format clean
+.PHONY: deps deps-bench configure build test test-long demo bench gpu-bundle gpu-check format clean
 
 deps:
 	@bash deploy/install-deps.sh
@@ -33,6 +33,14 @@ demo: build
 bench: deps-bench build
 	@./$(BUILD)/strata bench tiers
 	@./$(BUILD)/strata bench e2e
+
+# GPU: stripped test/bench binaries and their libraries in $(BUILD)/carry, for
+# a device machine without Debian packages; then the check (skips here).
+gpu-bundle: build
+	@bash gpu/bundle.sh $(BUILD)
+
+gpu-check: gpu-bundle
+	@bash gpu/check.sh $(BUILD)/carry
 
 format:
 	@clang-format -i $$(git ls-files '*.cpp' '*.hpp' '*.cu' '*.cuh')

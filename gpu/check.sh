@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # Runs the CUDA tests and benchmark built here on a machine with a GPU and
 # writes a short report. The device machine has no network and no Debian
-# packages: build here first (cudart is linked statically), carry the build
-# folder, then run:   gpu/check.sh [BUILD_DIR] [REPORT]
+# packages: build here first (cudart is linked statically), run
+# gpu/bundle.sh (stripped binaries and their shared libraries in
+# build-gpu/carry), carry that folder, then run:
+#   gpu/check.sh [CARRY_DIR] [REPORT]
 # Budget: well under 5 minutes on one H200 (tests ~1 min, bench ~1 min).
 set -u
-build=${1:-build-gpu}
+build=${1:-build-gpu/carry}
 report=${2:-${OUT:-.}/gpu-report.txt}
 mkdir -p "$(dirname "$report")"
 fail=0
+export LD_LIBRARY_PATH="$build/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 exec > >(tee "$report") 2>&1
   echo "# strata gpu check $(date -u +%FT%TZ)"
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | head -2
