@@ -181,6 +181,9 @@ coordinator_actor::behavior_type coordinator_behavior(coordinator_pointer self,
   st.finished.assign(st.peers.workers.size(), false);
   st.bad_lines.assign(st.peers.workers.size(), 0);
   return {
+      [self](stats_atom) {
+        return actor_stats{"coordinator", 0, static_cast<uint64_t>(self->mailbox().size())};
+      },
       [self](run_atom) -> caf::typed_response_promise<training_summary> {
         auto& s = self->state;
         auto promise = self->make_response_promise<training_summary>();

@@ -57,6 +57,9 @@ dense_actor spawn_dense(caf::actor_system& system, const dense_config& config,
           out.weights.assign(w, w + s.layout.dim);
           return out;
         },
+        [self](stats_atom) {
+          return actor_stats{"dense", 0, static_cast<uint64_t>(self->mailbox().size())};
+        },
     };
   };
   return system.spawn(behavior, config, std::move(initial));

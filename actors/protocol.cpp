@@ -12,6 +12,7 @@ void add_message_types(caf::actor_system_config& config) {
   config.add_message_type<dense_weights>("strata::dense_weights");
   config.add_message_type<latency_snapshot>("strata::latency_snapshot");
   config.add_message_type<tier_stats>("strata::tier_stats");
+  config.add_message_type<actor_stats>("strata::actor_stats");
   config.add_message_type<progress_report>("strata::progress_report");
   config.add_message_type<std::vector<uint64_t>>("std::vector<uint64_t>");
   config.add_message_type<std::vector<float>>("std::vector<float>");

@@ -175,6 +175,18 @@ typename Inspector::result_type inspect(Inspector& f, tier_stats& x) {
            x.write_behind_rows, x.mailbox_depth, x.latencies);
 }
 
+// What an actor without tiers (worker, dense, coordinator) reports to the
+// metrics exporter.
+struct actor_stats {
+  std::string kind;  // "worker", "dense", "coordinator"
+  uint32_t index = 0;
+  uint64_t mailbox_depth = 0;  // messages waiting in its mailbox
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, actor_stats& x) {
+  return f(caf::meta::type_name("actor_stats"), x.kind, x.index, x.mailbox_depth);
+}
+
 // A worker's progress since its last report.
 struct progress_report {
   uint32_t worker = 0;
@@ -229,7 +241,8 @@ using cache_tier_actor = caf::typed_actor<
 // The dense (MLP) weights and their optimizer.
 using dense_actor = caf::typed_actor<
     caf::replies_to<push_dense_atom, std::vector<float>>::with<uint64_t>,
-    caf::replies_to<pull_dense_atom>::with<dense_weights>>;
+    caf::replies_to<pull_dense_atom>::with<dense_weights>,
+    caf::replies_to<stats_atom>::with<actor_stats>>;
 
 // Registers every message type above with a CAF config.
 void add_message_types(caf::actor_system_config& config);

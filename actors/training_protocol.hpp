@@ -52,7 +52,9 @@ using worker_actor = caf::typed_actor<
     // Train `batches` more batches (0: until the data ends), then reply once
     // their pushes are acknowledged. Progress reports go to the sender of
     // run, which must be a coordinator_actor. One run at a time.
-    caf::replies_to<run_atom, uint64_t>::with<worker_result>>;
+    caf::replies_to<run_atom, uint64_t>::with<worker_result>,
+    // Mailbox depth, for metrics.
+    caf::replies_to<stats_atom>::with<actor_stats>>;
 
 // The coordinator: drives the workers (async mode: one run to the end; pass
 // mode: one run per pass, caches ended and started in between), collects
@@ -61,7 +63,9 @@ using coordinator_actor = caf::typed_actor<
     // Train to the end, stop gracefully, reply with the summary.
     caf::replies_to<run_atom>::with<training_summary>,
     // A worker's progress since its last report.
-    caf::reacts_to<progress_atom, progress_report>>;
+    caf::reacts_to<progress_atom, progress_report>,
+    // Mailbox depth, for metrics.
+    caf::replies_to<stats_atom>::with<actor_stats>>;
 
 // Registers every message type above (and the ones of protocol.hpp it uses)
 // with a CAF config. Call it next to add_message_types().

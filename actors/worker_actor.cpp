@@ -356,6 +356,10 @@ worker_actor::behavior_type worker_behavior(worker_pointer self, worker_config c
           },
           [self](caf::error& err) { fail(self, std::move(err)); });
   return {
+      [self](stats_atom) {
+        return actor_stats{"worker", self->state.config.index,
+                           static_cast<uint64_t>(self->mailbox().size())};
+      },
       [self](run_atom, uint64_t batches) -> caf::typed_response_promise<worker_result> {
         auto& s = self->state;
         // Before make_response_promise, which takes over the sender.

@@ -259,7 +259,11 @@ int launch(const std::string& path) {
   actors::cluster_hooks hooks;
   if (metrics) {
     hooks.started = [&](caf::actor_system& system, const actors::training_cluster& cluster) {
-      metrics->watch(system, cluster.shards, cluster.caches);
+      std::vector<caf::actor> others;
+      for (const auto& w : cluster.workers) others.push_back(caf::actor_cast<caf::actor>(w));
+      others.push_back(caf::actor_cast<caf::actor>(cluster.dense));
+      others.push_back(caf::actor_cast<caf::actor>(cluster.coordinator));
+      metrics->watch(system, cluster.shards, cluster.caches, others);
     };
     // The actors are still alive here: freeze the final values, print the
     // report, and keep serving them for the linger period.

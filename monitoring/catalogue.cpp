@@ -238,6 +238,12 @@ std::vector<MetricFamily> to_families(const node_snapshot& s) {
       out.histogram("strata_" + metric_word(lat.name) + "_latency_seconds", latency_help(lat.name),
                     owner, lat);
   }
+  for (const auto& a : s.actors) {
+    labels who = with(node, {{"actor", a.kind}});
+    if (a.kind == "worker") who = with(who, {{"worker", std::to_string(a.index)}});
+    out.gauge("strata_actor_mailbox_depth_messages", "Messages waiting in the actor's mailbox.",
+              who, d(a.mailbox_depth));
+  }
   out.counter("strata_monitoring_stats_failures_total",
               "Stats requests to shards and caches that failed or timed out at scrape time.", node,
               d(s.stats_failures));

@@ -45,6 +45,7 @@ struct node_snapshot {
   std::string node;                       // label `node`
   std::string table;                      // label `table`
   std::vector<actors::tier_stats> tiers;  // shards and caches (kind "shard" / "cache")
+  std::vector<actors::actor_stats> actors;  // workers, dense, coordinator (while training)
   training_values training;
   build_info build;
   uint64_t stats_failures = 0;  // stats requests that timed out or failed

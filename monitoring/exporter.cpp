@@ -30,12 +30,13 @@ class exporter::collector : public prometheus::Collectable {
   }
 
   void watch(caf::actor_system& system, std::vector<actors::shard_actor> shards,
-             std::vector<actors::cache_tier_actor> caches) {
+             std::vector<actors::cache_tier_actor> caches, std::vector<caf::actor> others) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (frozen_) return;
     system_ = &system;
     shards_ = std::move(shards);
     caches_ = std::move(caches);
+    others_ = std::move(others);
     snapshot_.training.active = true;
   }
 
@@ -45,6 +46,7 @@ class exporter::collector : public prometheus::Collectable {
     system_ = nullptr;
     shards_.clear();
     caches_.clear();
+    others_.clear();
   }
 
   void update_training(const actors::training_progress& p) {
@@ -63,6 +65,7 @@ class exporter::collector : public prometheus::Collectable {
     system_ = nullptr;
     shards_.clear();
     caches_.clear();
+    others_.clear();
     frozen_ = true;
     for (const auto& final_stats : report.tiers) {
       auto it = find(final_stats.kind, final_stats.index);
@@ -104,6 +107,13 @@ class exporter::collector : public prometheus::Collectable {
     };
     for (const auto& s : shards_) ask(s);
     for (const auto& c : caches_) ask(c);
+    // Workers, the dense actor, the coordinator: mailbox depths only.
+    snapshot_.actors.clear();
+    for (const auto& a : others_) {
+      self->request(a, timeout_, actors::stats_atom::value)
+          .receive([&](actors::actor_stats& stats) { snapshot_.actors.push_back(std::move(stats)); },
+                   [&](caf::error&) { ++snapshot_.stats_failures; });
+    }
     std::sort(snapshot_.tiers.begin(), snapshot_.tiers.end(), [](const auto& a, const auto& b) {
       if (a.kind != b.kind) return a.kind > b.kind;  // shards first
       return a.index < b.index;
@@ -116,6 +126,7 @@ class exporter::collector : public prometheus::Collectable {
   caf::actor_system* system_ = nullptr;
   std::vector<actors::shard_actor> shards_;
   std::vector<actors::cache_tier_actor> caches_;
+  std::vector<caf::actor> others_;
   bool frozen_ = false;
 };
 
@@ -159,12 +170,13 @@ std::string exporter::url() const {
 }
 
 void exporter::watch(caf::actor_system& system, const std::vector<actors::shard_actor>& shards,
-                     const std::vector<actors::cache_tier_actor>& caches) {
+                     const std::vector<actors::cache_tier_actor>& caches,
+                     const std::vector<caf::actor>& others) {
   std::weak_ptr<collector> weak = impl_->metrics;
   auto on_exit = [weak] {
     if (auto c = weak.lock()) c->detach();
   };
-  impl_->metrics->watch(system, shards, caches);
+  impl_->metrics->watch(system, shards, caches, others);
   // An actor that has already exited runs the functor at once.
   for (const auto& s : shards) caf::actor_cast<caf::actor>(s)->attach_functor(on_exit);
   for (const auto& c : caches) caf::actor_cast<caf::actor>(c)->attach_functor(on_exit);

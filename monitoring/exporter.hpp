@@ -59,8 +59,11 @@ class exporter {
   std::string url() const;
 
   // Scrapes from now on ask these actors. `system` must outlive them.
+  // `others` (workers, the dense actor, the coordinator) are asked for
+  // their mailbox depth only.
   void watch(caf::actor_system& system, const std::vector<actors::shard_actor>& shards,
-             const std::vector<actors::cache_tier_actor>& caches);
+             const std::vector<actors::cache_tier_actor>& caches,
+             const std::vector<caf::actor>& others = {});
   // Running training totals (the launch's progress callback); marks
   // training active.
   void update_training(const actors::training_progress& progress);

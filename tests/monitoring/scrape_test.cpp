@@ -96,6 +96,7 @@ TEST(Scrape, PromtoolAcceptsLiveAndFinalScrapesAndCountersNeverDecrease) {
   std::map<std::string, double> previous;
   size_t scrapes = 0, live_scrapes = 0, final_scrapes = 0;
   bool checked_live = false;
+  bool saw_worker_mailbox = false;  // every actor kind reports its mailbox
   std::string last_text;
   const auto deadline = std::chrono::steady_clock::now() + 70s;
   while (std::chrono::steady_clock::now() < deadline && final_scrapes < 3) {
@@ -121,6 +122,10 @@ TEST(Scrape, PromtoolAcceptsLiveAndFinalScrapesAndCountersNeverDecrease) {
     if (active == 1 && series.count("strata_tier_lookups_total{cache=\"0\",node=\"scrape-node\","
                                     "table=\"ctr\",tier=\"cache\"}")) {
       ++live_scrapes;
+      for (const auto& [key, value] : series)
+        if (key.rfind("strata_actor_mailbox_depth_messages{", 0) == 0 &&
+            key.find("actor=\"worker\"") != std::string::npos)
+          saw_worker_mailbox = true;
       if (!checked_live) {
         expect_promtool_clean(*body, dir.path() / "live.prom");
         checked_live = true;
@@ -134,6 +139,7 @@ TEST(Scrape, PromtoolAcceptsLiveAndFinalScrapesAndCountersNeverDecrease) {
   ASSERT_EQ(final_scrapes, 3u) << "the run did not reach its linger period in time:\n"
                                << strata.output();
   EXPECT_GT(live_scrapes, 0u) << "no scrape while training (" << scrapes << " scrapes)";
+  EXPECT_TRUE(saw_worker_mailbox) << "no worker mailbox depth while training";
   std::printf("%zu scrapes, %zu while training\n", scrapes, live_scrapes);
   expect_promtool_clean(last_text, dir.path() / "final.prom");
   const auto final_series = parse_exposition(last_text);
