@@ -1,9 +1,8 @@
 #include "actors/cache_tier_actor.hpp"
 
+#include <caf/all.hpp>
 #include <unordered_map>
 #include <unordered_set>
-
-#include <caf/all.hpp>
 
 #include "actors/error.hpp"
 #include "actors/row_batch_util.hpp"
@@ -32,15 +31,15 @@ void run_sync(const char* what, const std::function<void(cache_completion)>& cal
 // A lookup or prefetch waiting for rows from the shards.
 struct pending_fill {
   std::vector<uint64_t> keys;
-  row_batch rows;  // one record per position
+  row_batch rows;                                                 // one record per position
   std::unordered_map<uint64_t, std::vector<uint32_t>> positions;  // missing key -> positions
   size_t outstanding = 0;
   caf::typed_response_promise<lookup_reply> promise;
   bool reply = false;
-  std::function<void()> then;  // runs once every row is in (push in pass mode)
-  std::function<void(caf::error&)> fail;  // a shard refused a pull
+  std::function<void()> then;                 // runs once every row is in (push in pass mode)
+  std::function<void(caf::error&)> fail;      // a shard refused a pull
   std::unordered_set<uint64_t> not_admitted;  // keys the shards flagged
-  double started = 0;  // when the lookup arrived (latency metrics)
+  double started = 0;                         // when the lookup arrived (latency metrics)
 };
 
 struct cache_state {
@@ -54,8 +53,8 @@ struct cache_state {
   std::unordered_map<uint64_t, std::vector<std::byte>> evicted;
   size_t write_backs_in_flight = 0;
   std::vector<caf::typed_response_promise<ok_atom>> flush_waiters;
-  uint64_t clock = 0;                                  // lookups served (async staleness)
-  tier_stats stats;  // counters; gauges and latencies are added on request
+  uint64_t clock = 0;  // lookups served (async staleness)
+  tier_stats stats;    // counters; gauges and latencies are added on request
   latency_histogram lookup_latency, pull_latency, push_latency;
   double now() const { return config.clock->now_seconds(); }
   static inline const char* name = "cache_tier";
@@ -98,8 +97,8 @@ void write_back(cache_pointer self, const std::vector<uint64_t>& keys,
               auto& st = self->state;
               for (size_t j = 0; j < sent->keys.size(); ++j) {
                 auto it = st.evicted.find(sent->keys[j]);
-                const auto* rec = reinterpret_cast<const std::byte*>(sent->records.data()) +
-                                  j * st.record_bytes;
+                const auto* rec =
+                    reinterpret_cast<const std::byte*>(sent->records.data()) + j * st.record_bytes;
                 if (it != st.evicted.end() &&
                     meta_of(it->second.data()).version == meta_of(rec).version)
                   st.evicted.erase(it);
@@ -120,8 +119,7 @@ void write_back(cache_pointer self, const std::vector<uint64_t>& keys,
 // Inserts rows; evicted dirty rows go back to their shards. In async mode
 // each record's access tick is stamped with this tier's batch clock: the
 // time it was fetched, which the staleness check reads back.
-void insert(cache_pointer self, const std::vector<uint64_t>& keys, std::byte* records,
-            bool dirty) {
+void insert(cache_pointer self, const std::vector<uint64_t>& keys, std::byte* records, bool dirty) {
   auto& st = self->state;
   if (keys.empty()) return;
   if (st.mode == training_mode::async)
@@ -231,7 +229,8 @@ void fill_rows(cache_pointer self, std::shared_ptr<pending_fill> fill, bool coun
                 // The key may have been evicted dirty while this pull was in
                 // flight: the shard's answer predates that write-back.
                 if (auto ev = st.evicted.find(reply.rows.keys[j]);
-                    ev != st.evicted.end() && meta_of(ev->second.data()).version >= meta_of(rec).version)
+                    ev != st.evicted.end() &&
+                    meta_of(ev->second.data()).version >= meta_of(rec).version)
                   rec = ev->second.data();
                 if (!reply.admitted.empty() && !reply.admitted[j]) {
                   fill->not_admitted.insert(reply.rows.keys[j]);
@@ -258,8 +257,7 @@ void fill_rows(cache_pointer self, std::shared_ptr<pending_fill> fill, bool coun
   }
 }
 
-void push_to_shards(cache_pointer self, const push_request& req, push_done done,
-                    push_failed fail);
+void push_to_shards(cache_pointer self, const push_request& req, push_done done, push_failed fail);
 
 // Pass mode: applies gradients in the cache; missing rows are pulled first.
 // Rows that still don't fit (a batch larger than the cache) are pushed to
@@ -299,8 +297,9 @@ std::vector<uint32_t> update_positions(cache_pointer self, pass_push& p,
   std::vector<uint32_t> absent(keys.size());
   cache_counts q;
   run_sync("cache query", [&](cache_completion done) {
-    st.cache->query(host_span(std::span<const uint64_t>(keys)), host_span(std::span<std::byte>(rows)),
-                    host_span(std::span<uint32_t>(absent)), q, std::move(done));
+    st.cache->query(host_span(std::span<const uint64_t>(keys)),
+                    host_span(std::span<std::byte>(rows)), host_span(std::span<uint32_t>(absent)),
+                    q, std::move(done));
   });
   absent.resize(q.misses);
   std::vector<uint32_t> missed;
@@ -373,8 +372,7 @@ void apply_overflow(cache_pointer self, pass_push& p, const std::vector<uint32_t
   write_back(self, written, written_rows);
 }
 
-void apply_in_cache(cache_pointer self, const push_request& req, push_done done,
-                    push_failed fail) {
+void apply_in_cache(cache_pointer self, const push_request& req, push_done done, push_failed fail) {
   auto p = std::make_shared<pass_push>();
   p->req = req;
   p->ack.versions.assign(req.keys.size(), 0);
@@ -402,8 +400,7 @@ void apply_in_cache(cache_pointer self, const push_request& req, push_done done,
 
 // The owning shards apply the gradients and return the updated rows, which
 // refresh this cache's copies; `done` gets the per-position versions.
-void push_to_shards(cache_pointer self, const push_request& req, push_done done,
-                    push_failed fail) {
+void push_to_shards(cache_pointer self, const push_request& req, push_done done, push_failed fail) {
   auto& st = self->state;
   const uint32_t dim = st.config.table.layout.dim;
   auto groups = st.map.group(req.keys);

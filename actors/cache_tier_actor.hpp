@@ -11,10 +11,9 @@
 // every dirty row back and replies when all shards acknowledged.
 #pragma once
 
+#include <caf/fwd.hpp>
 #include <memory>
 #include <vector>
-
-#include <caf/fwd.hpp>
 
 #include "actors/config.hpp"
 #include "actors/partition_map.hpp"

@@ -57,10 +57,10 @@ struct worker_config {
   uint32_t index = 0;
   model::reader_config data;
   uint32_t batch_size = 512;
-  uint32_t prefetch_depth = 2;   // prefetch batch i + k while batch i computes
-  uint32_t max_in_flight = 2;    // batches pushed but not yet acknowledged
-  uint32_t pull_dense_every = 1; // pull fresh dense weights every N steps
-  uint64_t max_batches = 0;      // 0: until the data ends
+  uint32_t prefetch_depth = 2;    // prefetch batch i + k while batch i computes
+  uint32_t max_in_flight = 2;     // batches pushed but not yet acknowledged
+  uint32_t pull_dense_every = 1;  // pull fresh dense weights every N steps
+  uint64_t max_batches = 0;       // 0: until the data ends
   uint32_t epochs = 1;
 };
 
@@ -81,10 +81,10 @@ struct cluster_config {
   std::vector<cache_config> caches;
   std::vector<worker_config> workers;
   dense_config dense;
-  uint64_t pass_batches = 64;  // pass mode: batches per worker per pass
-  model::reader_config heldout;  // evaluated after training
+  uint64_t pass_batches = 64;     // pass mode: batches per worker per pass
+  model::reader_config heldout;   // evaluated after training
   uint64_t heldout_examples = 0;  // 0: the whole held-out window
-  uint32_t threads = 0;  // CAF scheduler threads; 0: hardware concurrency
+  uint32_t threads = 0;           // CAF scheduler threads; 0: hardware concurrency
 };
 
 }  // namespace strata::actors

@@ -1,9 +1,8 @@
 #include "actors/coordinator_actor.hpp"
 
 #include <algorithm>
-#include <string>
-
 #include <caf/all.hpp>
+#include <string>
 
 #include "actors/cache_tier_actor.hpp"
 #include "actors/dense_actor.hpp"
@@ -35,8 +34,8 @@ struct coordinator_state {
   progress_sink sink;
 
   std::optional<caf::typed_response_promise<training_summary>> run;
-  std::vector<bool> finished;         // per worker
-  std::vector<uint64_t> bad_lines;    // per worker, its running total
+  std::vector<bool> finished;       // per worker
+  std::vector<uint64_t> bad_lines;  // per worker, its running total
   uint64_t pass = 0;
   training_summary summary;
   std::vector<batch_loss> history;  // per reported batch, in arrival order
@@ -117,7 +116,8 @@ void start_pass(coordinator_pointer self);
 // batches; async mode: to the end) and answers when its pushes are in.
 void run_round(coordinator_pointer self, std::function<void()> next) {
   auto& st = self->state;
-  const uint64_t grant = st.mode == training_mode::pass ? std::max<uint64_t>(st.pass_batches, 1) : 0;
+  const uint64_t grant =
+      st.mode == training_mode::pass ? std::max<uint64_t>(st.pass_batches, 1) : 0;
   auto missing = std::make_shared<size_t>(0);
   for (size_t w = 0; w < st.peers.workers.size(); ++w)
     if (!st.finished[w]) ++*missing;
@@ -169,10 +169,9 @@ void start_pass(coordinator_pointer self) {
       pass_start_atom::value, self->state.pass);
 }
 
-coordinator_actor::behavior_type coordinator_behavior(coordinator_pointer self,
-                                                      training_mode mode, uint64_t pass_batches,
-                                                      coordinator_peers peers,
-                                                      progress_sink sink) {
+coordinator_actor::behavior_type coordinator_behavior(coordinator_pointer self, training_mode mode,
+                                                      uint64_t pass_batches,
+                                                      coordinator_peers peers, progress_sink sink) {
   auto& st = self->state;
   st.mode = mode;
   st.pass_batches = pass_batches;
@@ -188,8 +187,8 @@ coordinator_actor::behavior_type coordinator_behavior(coordinator_pointer self,
         auto& s = self->state;
         auto promise = self->make_response_promise<training_summary>();
         if (s.run || s.summary.batches != 0 || s.failed) {
-          promise.deliver(caf::make_error(caf::sec::invalid_argument,
-                                          "coordinator: training already ran"));
+          promise.deliver(
+              caf::make_error(caf::sec::invalid_argument, "coordinator: training already ran"));
           return promise;
         }
         s.run = promise;
@@ -223,8 +222,7 @@ coordinator_actor::behavior_type coordinator_behavior(coordinator_pointer self,
 coordinator_actor spawn_coordinator(caf::actor_system& system, training_mode mode,
                                     uint64_t pass_batches, coordinator_peers peers,
                                     progress_sink sink) {
-  return system.spawn(coordinator_behavior, mode, pass_batches, std::move(peers),
-                      std::move(sink));
+  return system.spawn(coordinator_behavior, mode, pass_batches, std::move(peers), std::move(sink));
 }
 
 void training_cluster::stop() {
@@ -242,18 +240,17 @@ void training_cluster::stop() {
 
 expected<training_cluster> spawn_training_cluster(caf::actor_system& system,
                                                   const cluster_config& config,
-                                                  const worker_seams& seams,
-                                                  progress_sink sink) {
+                                                  const worker_seams& seams, progress_sink sink) {
   if (config.shards.empty() || config.caches.empty() || config.workers.empty())
     return error(errc::invalid_argument,
                  "cluster '" + config.name + "': needs at least one shard, cache tier and worker");
   if (config.partitions == 0)
     return error(errc::invalid_argument, "cluster '" + config.name + "': partitions must be > 0");
   if (!seams.gradients && config.table.layout.dim != config.model.row_dim())
-    return error(errc::invalid_argument,
-                 "cluster '" + config.name + "': table dim " +
-                     std::to_string(config.table.layout.dim) + " is not the model's row dim " +
-                     std::to_string(config.model.row_dim()));
+    return error(errc::invalid_argument, "cluster '" + config.name + "': table dim " +
+                                             std::to_string(config.table.layout.dim) +
+                                             " is not the model's row dim " +
+                                             std::to_string(config.model.row_dim()));
   training_cluster cluster;
   auto stop_on_error = [&cluster](error err) -> expected<training_cluster> {
     cluster.stop();
@@ -268,10 +265,9 @@ expected<training_cluster> spawn_training_cluster(caf::actor_system& system,
   for (const auto& cache : config.caches)
     cluster.caches.push_back(
         spawn_cache_tier(system, cache, config.mode, cluster.shards, cluster.map));
-  cluster.dense =
-      spawn_dense(system, config.dense,
-                  seams.initial_dense ? *seams.initial_dense
-                                      : model::ctr_model(config.model).initial_dense());
+  cluster.dense = spawn_dense(
+      system, config.dense,
+      seams.initial_dense ? *seams.initial_dense : model::ctr_model(config.model).initial_dense());
   const row_layout& layout = config.table.layout;
   for (size_t w = 0; w < config.workers.size(); ++w) {
     const auto& wc = config.workers[w];
@@ -294,8 +290,8 @@ expected<training_cluster> spawn_training_cluster(caf::actor_system& system,
     }
     std::shared_ptr<gradient_source> gradients =
         seams.gradients ? seams.gradients(wc) : make_model_gradients(config.model);
-    cluster.workers.push_back(
-        spawn_worker(system, wc, layout, std::move(peers), std::move(batches), std::move(gradients)));
+    cluster.workers.push_back(spawn_worker(system, wc, layout, std::move(peers), std::move(batches),
+                                           std::move(gradients)));
   }
   cluster.coordinator = spawn_coordinator(
       system, config.mode, config.pass_batches,

@@ -17,13 +17,12 @@
 // cluster is then stopped by its owner without a drain.
 #pragma once
 
+#include <caf/fwd.hpp>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
-
-#include <caf/fwd.hpp>
 
 #include "actors/config.hpp"
 #include "actors/local_cluster.hpp"

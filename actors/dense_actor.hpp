@@ -10,10 +10,9 @@
 // alone.
 #pragma once
 
+#include <caf/fwd.hpp>
 #include <cstdint>
 #include <vector>
-
-#include <caf/fwd.hpp>
 
 #include "actors/config.hpp"
 #include "actors/protocol.hpp"

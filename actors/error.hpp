@@ -2,10 +2,9 @@
 // runtime_error code and the full "code: message" text as context.
 #pragma once
 
-#include <string>
-
 #include <caf/error.hpp>
 #include <caf/sec.hpp>
+#include <string>
 
 #include "common/error.hpp"
 

@@ -1,9 +1,8 @@
 #include "actors/local_cluster.hpp"
 
+#include <caf/all.hpp>
 #include <chrono>
 #include <string>
-
-#include <caf/all.hpp>
 
 #include "actors/coordinator_actor.hpp"
 #include "model/ctr_model.hpp"
@@ -81,9 +80,9 @@ expected<heldout_result> evaluate(caf::scoped_actor& self, const cluster_config&
       std::vector<uint64_t> shard_keys;
       shard_keys.reserve(groups[s].size());
       for (uint32_t pos : groups[s]) shard_keys.push_back(keys[pos]);
-      auto reply = ask<pull_reply>(self, cluster.shards[s], "held-out pull from shard " +
-                                                                std::to_string(s),
-                                   pull_atom::value, std::move(shard_keys));
+      auto reply =
+          ask<pull_reply>(self, cluster.shards[s], "held-out pull from shard " + std::to_string(s),
+                          pull_atom::value, std::move(shard_keys));
       if (!reply) return reply.err();
       if (reply->rows.records.size() != groups[s].size() * record_bytes)
         return error(errc::corrupt_data, "held-out pull from shard " + std::to_string(s) +

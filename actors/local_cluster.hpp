@@ -19,7 +19,7 @@ namespace strata::actors {
 struct training_progress {
   uint64_t examples = 0;
   uint64_t batches = 0;
-  double recent_loss = 0;       // mean logloss over the last reports
+  double recent_loss = 0;  // mean logloss over the last reports
   double examples_per_s = 0;
   double seconds = 0;
 };

@@ -7,11 +7,10 @@
 // (tiers/row.hpp), as bytes.
 #pragma once
 
+#include <caf/all.hpp>
 #include <cstdint>
 #include <string>
 #include <vector>
-
-#include <caf/all.hpp>
 
 #include "common/latency_histogram.hpp"
 
@@ -135,44 +134,44 @@ struct tier_stats {
   std::string kind;  // "shard" or "cache"
   uint32_t index = 0;
   // counters
-  uint64_t lookups = 0;    // keys looked up (shard: through the chain; cache: lookups + prefetches)
-  uint64_t hits = 0;       // shard: served by DRAM; cache: served by the cache
+  uint64_t lookups = 0;  // keys looked up (shard: through the chain; cache: lookups + prefetches)
+  uint64_t hits = 0;     // shard: served by DRAM; cache: served by the cache
   uint64_t misses = 0;
-  uint64_t inserts = 0;    // rows inserted (promotions, new rows, fills)
-  uint64_t evictions = 0;  // rows evicted (DRAM tier / cache), clean or dirty
-  uint64_t flushed_rows = 0;  // shard: rows written to LMDB; cache: dirty rows written back
-  uint64_t flush_batches = 0;  // shard: LMDB write transactions of ssd_flush
-  uint64_t flush_bytes = 0;    // shard: encoded bytes written to LMDB
+  uint64_t inserts = 0;          // rows inserted (promotions, new rows, fills)
+  uint64_t evictions = 0;        // rows evicted (DRAM tier / cache), clean or dirty
+  uint64_t flushed_rows = 0;     // shard: rows written to LMDB; cache: dirty rows written back
+  uint64_t flush_batches = 0;    // shard: LMDB write transactions of ssd_flush
+  uint64_t flush_bytes = 0;      // shard: encoded bytes written to LMDB
   uint64_t write_back_rows = 0;  // shard: whole rows received from caches
   uint64_t prefetch_requests = 0;
   uint64_t prefetch_rows = 0;
   uint64_t admission_rejections = 0;  // lookups of not-admitted keys + dropped pushes
   uint64_t ttl_expirations = 0;
-  uint64_t pushes = 0;       // push requests handled
-  uint64_t push_rows = 0;    // key positions pushed
+  uint64_t pushes = 0;     // push requests handled
+  uint64_t push_rows = 0;  // key positions pushed
   // shard only: hits per chain tier (dram, write_behind, lmdb) and rows
   // served by the initializer.
   std::vector<uint64_t> chain_hits;
   uint64_t initialized = 0;
   // gauges
-  uint64_t rows = 0;            // resident rows (shard: DRAM tier; cache: cache)
-  uint64_t bytes = 0;           // bytes allocated for them
+  uint64_t rows = 0;   // resident rows (shard: DRAM tier; cache: cache)
+  uint64_t bytes = 0;  // bytes allocated for them
   uint64_t capacity_rows = 0;
   uint64_t capacity_bytes = 0;
   uint64_t lmdb_rows = 0;
-  uint64_t flushes_in_flight = 0;   // shard: batches sent to ssd_flush, not yet confirmed
-  uint64_t write_behind_rows = 0;   // shard: rows held until LMDB confirms them
-  uint64_t mailbox_depth = 0;       // messages waiting in this actor's mailbox
+  uint64_t flushes_in_flight = 0;  // shard: batches sent to ssd_flush, not yet confirmed
+  uint64_t write_behind_rows = 0;  // shard: rows held until LMDB confirms them
+  uint64_t mailbox_depth = 0;      // messages waiting in this actor's mailbox
   std::vector<latency_snapshot> latencies;
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, tier_stats& x) {
-  return f(caf::meta::type_name("tier_stats"), x.name, x.kind, x.index, x.lookups, x.hits,
-           x.misses, x.inserts, x.evictions, x.flushed_rows, x.flush_batches, x.flush_bytes,
+  return f(caf::meta::type_name("tier_stats"), x.name, x.kind, x.index, x.lookups, x.hits, x.misses,
+           x.inserts, x.evictions, x.flushed_rows, x.flush_batches, x.flush_bytes,
            x.write_back_rows, x.prefetch_requests, x.prefetch_rows, x.admission_rejections,
            x.ttl_expirations, x.pushes, x.push_rows, x.chain_hits, x.initialized, x.rows, x.bytes,
-           x.capacity_rows, x.capacity_bytes, x.lmdb_rows, x.flushes_in_flight,
-           x.write_behind_rows, x.mailbox_depth, x.latencies);
+           x.capacity_rows, x.capacity_bytes, x.lmdb_rows, x.flushes_in_flight, x.write_behind_rows,
+           x.mailbox_depth, x.latencies);
 }
 
 // What an actor without tiers (worker, dense, coordinator) reports to the
@@ -216,8 +215,7 @@ using shard_actor = caf::typed_actor<
     // The batch clock for access ticks and TTL.
     caf::reacts_to<tick_atom, uint32_t>,
     // Graceful stop: every dirty row written down and LMDB synced.
-    caf::replies_to<drain_atom>::with<ok_atom>,
-    caf::replies_to<stats_atom>::with<tier_stats>>;
+    caf::replies_to<drain_atom>::with<ok_atom>, caf::replies_to<stats_atom>::with<tier_stats>>;
 
 // Owns the write side of one LMDB environment: writes a batch in one
 // transaction and answers with its sequence number once committed.
@@ -227,22 +225,22 @@ using ssd_flush_actor = caf::typed_actor<
     caf::replies_to<drain_atom>::with<ok_atom>>;
 
 // One HBM cache (CPU backend here) in front of the shards.
-using cache_tier_actor = caf::typed_actor<
-    caf::replies_to<lookup_atom, std::vector<uint64_t>>::with<lookup_reply>,
-    caf::reacts_to<prefetch_atom, std::vector<uint64_t>>,
-    caf::replies_to<push_atom, push_request>::with<push_ack>,
-    // Pass mode: the pass's working set is in; updates now apply here.
-    caf::replies_to<pass_start_atom, uint64_t>::with<ok_atom>,
-    // Pass mode: write every dirty row back to its shard, then reply.
-    caf::replies_to<pass_end_atom, uint64_t>::with<ok_atom>,
-    caf::replies_to<drain_atom>::with<ok_atom>,
-    caf::replies_to<stats_atom>::with<tier_stats>>;
+using cache_tier_actor =
+    caf::typed_actor<caf::replies_to<lookup_atom, std::vector<uint64_t>>::with<lookup_reply>,
+                     caf::reacts_to<prefetch_atom, std::vector<uint64_t>>,
+                     caf::replies_to<push_atom, push_request>::with<push_ack>,
+                     // Pass mode: the pass's working set is in; updates now apply here.
+                     caf::replies_to<pass_start_atom, uint64_t>::with<ok_atom>,
+                     // Pass mode: write every dirty row back to its shard, then reply.
+                     caf::replies_to<pass_end_atom, uint64_t>::with<ok_atom>,
+                     caf::replies_to<drain_atom>::with<ok_atom>,
+                     caf::replies_to<stats_atom>::with<tier_stats>>;
 
 // The dense (MLP) weights and their optimizer.
-using dense_actor = caf::typed_actor<
-    caf::replies_to<push_dense_atom, std::vector<float>>::with<uint64_t>,
-    caf::replies_to<pull_dense_atom>::with<dense_weights>,
-    caf::replies_to<stats_atom>::with<actor_stats>>;
+using dense_actor =
+    caf::typed_actor<caf::replies_to<push_dense_atom, std::vector<float>>::with<uint64_t>,
+                     caf::replies_to<pull_dense_atom>::with<dense_weights>,
+                     caf::replies_to<stats_atom>::with<actor_stats>>;
 
 // Registers every message type above with a CAF config.
 void add_message_types(caf::actor_system_config& config);

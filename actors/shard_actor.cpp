@@ -1,9 +1,8 @@
 #include "actors/shard_actor.hpp"
 
+#include <caf/all.hpp>
 #include <deque>
 #include <map>
-
-#include <caf/all.hpp>
 
 #include "actors/error.hpp"
 #include "actors/row_batch_util.hpp"

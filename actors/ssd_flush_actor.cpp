@@ -23,7 +23,8 @@ ssd_flush_actor::behavior_type flush_behavior(ssd_flush_actor::stateful_pointer<
       [self](flush_atom, uint64_t seq, const row_batch& rows) -> caf::result<uint64_t, double> {
         lmdb_tier& tier = *self->state.writer;
         if (!well_formed(rows, tier.layout()))
-          return caf::make_error(caf::sec::runtime_error, "malformed flush batch " + std::to_string(seq));
+          return caf::make_error(caf::sec::runtime_error,
+                                 "malformed flush batch " + std::to_string(seq));
         row_buffer none(tier.layout());
         const double start = self->state.clock->now_seconds();
         auto st = tier.store(rows.keys, rows_of(rows, tier.layout()), true, none);

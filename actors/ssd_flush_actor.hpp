@@ -5,9 +5,8 @@
 // path; the shard keeps the rows and retries.
 #pragma once
 
-#include <memory>
-
 #include <caf/fwd.hpp>
+#include <memory>
 
 #include "actors/protocol.hpp"
 #include "common/clock.hpp"

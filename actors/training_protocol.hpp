@@ -6,9 +6,8 @@
 // add_training_message_types() so it can cross processes later.
 #pragma once
 
-#include <cstdint>
-
 #include <caf/all.hpp>
+#include <cstdint>
 
 #include "actors/protocol.hpp"
 
@@ -19,9 +18,9 @@ namespace strata::actors {
 // acknowledged by its owner, so the coordinator may end a pass or drain.
 struct worker_result {
   uint32_t worker = 0;
-  uint64_t batches = 0;   // batches trained during this run
-  uint64_t examples = 0;  // examples trained during this run
-  double loss_sum = 0;    // sum of per-example logloss during this run
+  uint64_t batches = 0;    // batches trained during this run
+  uint64_t examples = 0;   // examples trained during this run
+  double loss_sum = 0;     // sum of per-example logloss during this run
   uint64_t bad_lines = 0;  // skipped input lines so far (whole stream)
   bool finished = false;   // no more data (or max_batches reached)
 };
@@ -43,8 +42,8 @@ struct training_summary {
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, training_summary& x) {
-  return f(caf::meta::type_name("training_summary"), x.batches, x.examples, x.loss_sum,
-           x.tail_loss, x.bad_lines, x.passes);
+  return f(caf::meta::type_name("training_summary"), x.batches, x.examples, x.loss_sum, x.tail_loss,
+           x.bad_lines, x.passes);
 }
 
 // A worker: one data stream and a model replica.

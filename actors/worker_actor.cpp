@@ -1,11 +1,10 @@
 #include "actors/worker_actor.hpp"
 
+#include <caf/all.hpp>
 #include <deque>
-#include <unordered_map>
 #include <optional>
 #include <string>
-
-#include <caf/all.hpp>
+#include <unordered_map>
 
 #include "common/hash.hpp"
 #include "model/reader.hpp"
@@ -18,8 +17,7 @@ namespace {
 
 class reader_source final : public batch_source {
  public:
-  reader_source(model::reader_config config, uint32_t epochs,
-                std::unique_ptr<model::reader> first)
+  reader_source(model::reader_config config, uint32_t epochs, std::unique_ptr<model::reader> first)
       : config_(std::move(config)), epochs_left_(epochs), reader_(std::move(first)) {}
 
   expected<model::batch> next(size_t n) override {
@@ -65,7 +63,7 @@ class model_gradients final : public gradient_source {
 // reduce downstream, with the same sums the owner would compute.
 struct pending_batch {
   model::batch batch;
-  size_t key_count = 0;  // key positions, duplicates included
+  size_t key_count = 0;                           // key positions, duplicates included
   std::vector<std::vector<uint64_t>> route_keys;  // distinct keys per route
   // Per route, (position in batch.keys(), index in route_keys[r]) for every
   // position routed there, in ascending position order.
@@ -88,8 +86,8 @@ struct worker_state {
   uint64_t batches_read = 0;
   bool lookup_outstanding = false;
   size_t lookup_replies_missing = 0;
-  std::vector<float> rows;           // row weights of the head batch, per position
-  std::vector<float> dense;          // the replica's dense weights
+  std::vector<float> rows;   // row weights of the head batch, per position
+  std::vector<float> dense;  // the replica's dense weights
   bool dense_pull_pending = false;
   uint32_t dense_pushes_outstanding = 0;
   uint32_t in_flight = 0;  // batches with pushes not yet acknowledged
@@ -151,9 +149,9 @@ void read_ahead(worker_pointer self) {
     }
     auto batch = st.source->next(st.config.batch_size);
     if (!batch) {
-      fail(self, caf::make_error(caf::sec::runtime_error,
-                                 "worker " + std::to_string(st.config.index) + ": " +
-                                     batch.err().to_string()));
+      fail(self,
+           caf::make_error(caf::sec::runtime_error, "worker " + std::to_string(st.config.index) +
+                                                        ": " + batch.err().to_string()));
       return;
     }
     if (batch->examples.empty()) {
@@ -169,7 +167,8 @@ void read_ahead(worker_pointer self) {
     if (looked_up_now) continue;
     const auto& p = st.ahead.back();
     for (size_t r = 0; r < p.route_keys.size(); ++r)
-      if (!p.route_keys[r].empty()) self->send(st.peers.caches[r], prefetch_atom::value, p.route_keys[r]);
+      if (!p.route_keys[r].empty())
+        self->send(st.peers.caches[r], prefetch_atom::value, p.route_keys[r]);
   }
 }
 
@@ -179,12 +178,11 @@ void train_head(worker_pointer self) {
   const uint32_t dim = st.layout.dim;
   auto out = st.gradients->compute(head.batch, st.rows, st.dense);
   if (out.row_grads.size() != head.key_count * dim) {
-    fail(self, caf::make_error(caf::sec::runtime_error,
-                               "worker " + std::to_string(st.config.index) +
-                                   ": gradient source returned " +
-                                   std::to_string(out.row_grads.size()) + " row gradients for " +
-                                   std::to_string(head.key_count) + " keys of dim " +
-                                   std::to_string(dim)));
+    fail(self, caf::make_error(
+                   caf::sec::runtime_error,
+                   "worker " + std::to_string(st.config.index) + ": gradient source returned " +
+                       std::to_string(out.row_grads.size()) + " row gradients for " +
+                       std::to_string(head.key_count) + " keys of dim " + std::to_string(dim)));
     return;
   }
   // Sparse gradients to the keys' owners; the batch is in flight until
@@ -370,9 +368,9 @@ worker_actor::behavior_type worker_behavior(worker_pointer self, worker_config c
           return promise;
         }
         if (s.run) {
-          promise.deliver(caf::make_error(caf::sec::invalid_argument,
-                                          "worker " + std::to_string(s.config.index) +
-                                              ": run while a run is active"));
+          promise.deliver(caf::make_error(
+              caf::sec::invalid_argument,
+              "worker " + std::to_string(s.config.index) + ": run while a run is active"));
           return promise;
         }
         s.report_to = std::move(sender);
@@ -391,9 +389,8 @@ worker_actor::behavior_type worker_behavior(worker_pointer self, worker_config c
 expected<std::unique_ptr<batch_source>> open_reader_source(const worker_config& config) {
   auto reader = model::reader::open(config.data);
   if (!reader) return reader.err();
-  return std::unique_ptr<batch_source>(
-      std::make_unique<reader_source>(config.data, std::max<uint32_t>(config.epochs, 1),
-                                      std::move(*reader)));
+  return std::unique_ptr<batch_source>(std::make_unique<reader_source>(
+      config.data, std::max<uint32_t>(config.epochs, 1), std::move(*reader)));
 }
 
 std::unique_ptr<gradient_source> make_model_gradients(const model::model_config& config) {

@@ -19,12 +19,11 @@
 // worker and called from its thread only.
 #pragma once
 
+#include <caf/fwd.hpp>
 #include <cstdint>
 #include <memory>
 #include <span>
 #include <vector>
-
-#include <caf/fwd.hpp>
 
 #include "actors/config.hpp"
 #include "actors/protocol.hpp"

@@ -24,8 +24,8 @@
 #include <iostream>
 #include <memory>
 #include <new>
-#include <string>
 #include <stdexcept>
+#include <string>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -304,8 +304,8 @@ void bench_push(uint32_t dim, uint64_t n, double seconds, bench_report& report) 
 }  // namespace
 
 void run_dram_bench(const tiers_bench_options& options, bench_report& report) {
-  const bench_sizes sizes = options.small ? bench_sizes{50000, 50000, 0.2}
-                                          : bench_sizes{10000000, 4000000, 1.5};
+  const bench_sizes sizes =
+      options.small ? bench_sizes{50000, 50000, 0.2} : bench_sizes{10000000, 4000000, 1.5};
   bench_lookup(16, sizes.keys_small_dims, sizes.seconds, report);
   bench_lookup(64, sizes.keys_small_dims, sizes.seconds, report);
   bench_lookup(128, sizes.keys_dim128, sizes.seconds, report);

@@ -14,8 +14,10 @@ namespace {
 std::string shell_quote(const std::string& s) {
   std::string out = "'";
   for (char c : s) {
-    if (c == '\'') out += "'\\''";
-    else out += c;
+    if (c == '\'')
+      out += "'\\''";
+    else
+      out += c;
   }
   return out + "'";
 }
@@ -41,8 +43,7 @@ void use_data(actors::cluster_config& config, const std::filesystem::path& data,
   config.heldout.skip = o.train_rows;
   config.heldout.limit = o.heldout_rows;
   config.heldout_examples = o.heldout_rows;
-  for (auto& s : config.shards)
-    s.lmdb.directory = lmdb_root / ("shard" + std::to_string(s.index));
+  for (auto& s : config.shards) s.lmdb.directory = lmdb_root / ("shard" + std::to_string(s.index));
 }
 
 struct hit_rates {
@@ -90,12 +91,11 @@ torch_result run_torch(const e2e_bench_options& o, const std::filesystem::path& 
   std::string hidden;
   for (uint32_t h : m.hidden) hidden += (hidden.empty() ? "" : ",") + std::to_string(h);
   const uint32_t batch = o.base.workers.empty() ? 512 : o.base.workers[0].batch_size;
-  const std::string cmd = shell_quote(o.python) + " " + shell_quote(o.torch_script.string()) +
-                          " --data " + shell_quote(data.string()) + " --rows " +
-                          std::to_string(o.train_rows) + " --heldout-rows " +
-                          std::to_string(o.heldout_rows) + " --batch " + std::to_string(batch) +
-                          " --threads " + std::to_string(threads) + " --dim " +
-                          std::to_string(m.embedding_dim) + " --hidden " + hidden;
+  const std::string cmd =
+      shell_quote(o.python) + " " + shell_quote(o.torch_script.string()) + " --data " +
+      shell_quote(data.string()) + " --rows " + std::to_string(o.train_rows) + " --heldout-rows " +
+      std::to_string(o.heldout_rows) + " --batch " + std::to_string(batch) + " --threads " +
+      std::to_string(threads) + " --dim " + std::to_string(m.embedding_dim) + " --hidden " + hidden;
   std::cerr << "bench e2e: training pytorch_cpu: " << cmd << "\n";
   FILE* pipe = ::popen(cmd.c_str(), "r");
   if (pipe == nullptr) throw std::runtime_error("bench e2e: cannot run " + o.python);
@@ -161,10 +161,10 @@ void run_e2e_bench(const e2e_bench_options& o, bench_report& report) {
   }
   const auto rt = rates(t);
   const auto rd = rates(d);
-  report.add({"e2e_examples_per_s", t.examples_per_s, "examples/s", "pytorch_cpu",
-              torch.examples_per_s});
-  report.add({"e2e_examples_per_s", t.examples_per_s, "examples/s", "strata_all_dram",
-              d.examples_per_s});
+  report.add(
+      {"e2e_examples_per_s", t.examples_per_s, "examples/s", "pytorch_cpu", torch.examples_per_s});
+  report.add(
+      {"e2e_examples_per_s", t.examples_per_s, "examples/s", "strata_all_dram", d.examples_per_s});
   report.add({"e2e_heldout_auc", t.heldout_auc, "auc", "pytorch_cpu", torch.auc});
   report.add({"e2e_heldout_auc", t.heldout_auc, "auc", "planted_model", planted->auc});
   report.add({"e2e_cache_hit_rate", rt.cache, "fraction", "strata_all_dram", rd.cache});

@@ -25,10 +25,10 @@ struct e2e_bench_options {
   uint64_t train_rows = 200000;
   uint64_t heldout_rows = 50000;
   uint64_t distinct_keys = 200000;
-  uint32_t threads = 2;  // PyTorch: the better of 1 and this many threads
+  uint32_t threads = 2;                // PyTorch: the better of 1 and this many threads
   std::filesystem::path torch_script;  // bench/torch_baseline.py
   std::string python = "/usr/bin/python3";
-  std::filesystem::path work_dir;      // data and LMDB files of both runs
+  std::filesystem::path work_dir;  // data and LMDB files of both runs
 };
 
 void run_e2e_bench(const e2e_bench_options& options, bench_report& report);

@@ -45,8 +45,8 @@ class bench_report {
 };
 
 struct tiers_bench_options {
-  bool small = false;            // tiny sizes: a smoke run for tests
-  uint64_t lmdb_keys = 1000000;  // --keys
+  bool small = false;              // tiny sizes: a smoke run for tests
+  uint64_t lmdb_keys = 1000000;    // --keys
   std::filesystem::path work_dir;  // LMDB files go here (each variant its own)
 };
 

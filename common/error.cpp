@@ -7,14 +7,22 @@ namespace strata {
 
 std::string_view to_string(errc code) {
   switch (code) {
-    case errc::invalid_argument: return "invalid_argument";
-    case errc::io_error: return "io_error";
-    case errc::disk_full: return "disk_full";
-    case errc::corrupt_data: return "corrupt_data";
-    case errc::format_mismatch: return "format_mismatch";
-    case errc::not_found: return "not_found";
-    case errc::capacity_exceeded: return "capacity_exceeded";
-    case errc::unavailable: return "unavailable";
+    case errc::invalid_argument:
+      return "invalid_argument";
+    case errc::io_error:
+      return "io_error";
+    case errc::disk_full:
+      return "disk_full";
+    case errc::corrupt_data:
+      return "corrupt_data";
+    case errc::format_mismatch:
+      return "format_mismatch";
+    case errc::not_found:
+      return "not_found";
+    case errc::capacity_exceeded:
+      return "capacity_exceeded";
+    case errc::unavailable:
+      return "unavailable";
   }
   return "unknown";
 }

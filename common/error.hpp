@@ -88,15 +88,15 @@ using status = expected<void>;
 
 }  // namespace strata
 
-#define STRATA_ASSERT(cond, msg)                                         \
-  do {                                                                   \
-    if (!(cond)) [[unlikely]]                                            \
-      ::strata::assertion_failed(#cond, __FILE__, __LINE__, (msg));      \
+#define STRATA_ASSERT(cond, msg)                                    \
+  do {                                                              \
+    if (!(cond)) [[unlikely]]                                       \
+      ::strata::assertion_failed(#cond, __FILE__, __LINE__, (msg)); \
   } while (false)
 
 // Propagates the error of an expected<...> expression out of the caller.
-#define STRATA_TRY(expr)                                  \
-  do {                                                    \
-    auto strata_try_result_ = (expr);                     \
+#define STRATA_TRY(expr)                                      \
+  do {                                                        \
+    auto strata_try_result_ = (expr);                         \
     if (!strata_try_result_) return strata_try_result_.err(); \
   } while (false)

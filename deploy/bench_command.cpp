@@ -1,7 +1,8 @@
+#include <unistd.h>
+
 #include <filesystem>
 #include <iostream>
 #include <system_error>
-#include <unistd.h>
 
 #include "bench/e2e_bench.hpp"
 #include "bench/report.hpp"
@@ -41,10 +42,10 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--dir", opts->dir, "directory for benchmark files (default: a temp dir)");
   cmd->callback([opts, cmd, &exit_code] {
     const bool own_dir = opts->dir.empty();
-    const std::filesystem::path work_dir =
-        own_dir ? std::filesystem::temp_directory_path() /
-                      ("strata-bench-" + std::to_string(::getpid()))
-                : std::filesystem::path(opts->dir);
+    const std::filesystem::path work_dir = own_dir
+                                               ? std::filesystem::temp_directory_path() /
+                                                     ("strata-bench-" + std::to_string(::getpid()))
+                                               : std::filesystem::path(opts->dir);
     std::filesystem::create_directories(work_dir);
     bench::bench_report report;
     report.set_streaming(&std::cout, opts->json);

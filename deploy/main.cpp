@@ -1,13 +1,13 @@
 // `strata`: one binary, one subcommand per verb (ARCHITECTURE.md, Deployment).
-#include <cstdio>
-
 #include <CLI/CLI.hpp>
+#include <cstdio>
 
 #include "deploy/commands.hpp"
 #include "deploy/version.hpp"
 
 int main(int argc, char** argv) {
-  CLI::App app{"strata: a hierarchical (HBM -> DRAM -> SSD) parameter server for sparse embeddings"};
+  CLI::App app{
+      "strata: a hierarchical (HBM -> DRAM -> SSD) parameter server for sparse embeddings"};
   app.require_subcommand(1);
   int exit_code = 0;
 

@@ -58,7 +58,7 @@ struct manifest {
   // `data.generate`: launch generates the data into data.path if absent.
   std::optional<model::datagen_config> generate;
   std::filesystem::path ssd_path;  // shards' LMDB environments: ssd_path / "shard-<i>"
-  metrics_settings metrics;       // node filled in (the cluster's name by default)
+  metrics_settings metrics;        // node filled in (the cluster's name by default)
   // True once the training/held-out windows are in `cluster` (after
   // resolve_data_split, or at parse time for explicit counts).
   bool split_resolved = false;

@@ -1,12 +1,10 @@
 // Kernels of the CUDA cache; see cache_kernels.cuh and docs/gpu.md. Each
 // comment "CPU:" names the tiers/cpu_cache.cpp step a block mirrors.
-#include "gpu/cache_kernels.cuh"
-
+#include <algorithm>
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_scan.cuh>
 
-#include <algorithm>
-
+#include "gpu/cache_kernels.cuh"
 #include "gpu/xxh3.hpp"
 
 namespace strata::gpu {
@@ -174,9 +172,9 @@ __global__ void hits_kernel(device_state* st, uint32_t n) { st->hits = n - st->m
 // so they come out in processing order.
 __global__ void insert_kernel(slot_table t, const uint64_t* order_key, const uint32_t* order_set,
                               const uint32_t* order_pos, uint32_t n, const uint32_t* heads,
-                              const uint32_t* head_count, const std::byte* rows,
-                              uint32_t new_flags, uint64_t tick, uint32_t* evict_flag,
-                              uint64_t* evict_keys, std::byte* evict_rows, device_state* st) {
+                              const uint32_t* head_count, const std::byte* rows, uint32_t new_flags,
+                              uint64_t tick, uint32_t* evict_flag, uint64_t* evict_keys,
+                              std::byte* evict_rows, device_state* st) {
   const size_t w = global_warp();
   if (w >= *head_count) return;
   const unsigned lane = lane_id();
@@ -248,8 +246,7 @@ __global__ void insert_kernel(slot_table t, const uint64_t* order_key, const uin
   }
   if (lane == 0) {
     if (skipped) atomicAdd(&st->skipped, skipped);
-    if (resident_delta)
-      atomicAdd(&st->resident, static_cast<unsigned long long>(resident_delta));
+    if (resident_delta) atomicAdd(&st->resident, static_cast<unsigned long long>(resident_delta));
   }
 }
 
@@ -339,8 +336,8 @@ __global__ void dump_copy_kernel(slot_table t, uint32_t slots, bool clear_dirty,
   if (s == slots - 1 && lane == 0) st->hits = scan[s] + sel[s];
   if (!sel[s]) return;
   const uint32_t e = scan[s];
-  copy_words(reinterpret_cast<uint32_t*>(rows_out + size_t{e} * t.record_bytes),
-             arena_words(t, s), t.record_words, lane);
+  copy_words(reinterpret_cast<uint32_t*>(rows_out + size_t{e} * t.record_bytes), arena_words(t, s),
+             t.record_words, lane);
   if (lane == 0) {
     keys_out[e] = t.keys[s];
     if (clear_dirty) t.flags[s] = slot_valid;
@@ -368,25 +365,24 @@ cudaError_t sort_batch(const uint64_t* keys, uint32_t n, uint32_t sets, batch_sc
   if (n == 0) return cudaSuccess;
   const int items = static_cast<int>(n);
   init_sort_kernel<<<blocks_for_threads(n), block_threads, 0, stream>>>(keys, n, s.sort_keys[0],
-                                                                         s.sort_vals[0]);
+                                                                        s.sort_vals[0]);
   // Stable LSD radix sorts: by key, then by set, gives (set, key, position).
   size_t temp = s.temp_bytes;
-  cudaError_t e = cub::DeviceRadixSort::SortPairs(s.temp, temp, s.sort_keys[0], s.sort_keys[1],
-                                                  s.sort_vals[0], s.sort_vals[1], items, 0, 64,
-                                                  stream);
+  cudaError_t e =
+      cub::DeviceRadixSort::SortPairs(s.temp, temp, s.sort_keys[0], s.sort_keys[1], s.sort_vals[0],
+                                      s.sort_vals[1], items, 0, 64, stream);
   if (e != cudaSuccess) return e;
-  set_of_kernel<<<blocks_for_threads(n), block_threads, 0, stream>>>(s.sort_keys[1], n, sets,
-                                                                      s.sort_keys[0],
-                                                                      s.sort_vals[0]);
+  set_of_kernel<<<blocks_for_threads(n), block_threads, 0, stream>>>(
+      s.sort_keys[1], n, sets, s.sort_keys[0], s.sort_vals[0]);
   int set_bits = 1;
   while (set_bits < 32 && (uint64_t{1} << set_bits) < sets) ++set_bits;
   temp = s.temp_bytes;
-  e = cub::DeviceRadixSort::SortPairs(s.temp, temp, s.sort_keys[0], s.sort_keys[2],
-                                      s.sort_vals[0], s.sort_vals[2], items, 0, set_bits, stream);
+  e = cub::DeviceRadixSort::SortPairs(s.temp, temp, s.sort_keys[0], s.sort_keys[2], s.sort_vals[0],
+                                      s.sort_vals[2], items, 0, set_bits, stream);
   if (e != cudaSuccess) return e;
   gather_order_kernel<<<blocks_for_threads(n), block_threads, 0, stream>>>(
-      s.sort_keys[2], s.sort_vals[2], s.sort_keys[1], s.sort_vals[1], n, s.order_key,
-      s.order_set, s.order_pos);
+      s.sort_keys[2], s.sort_vals[2], s.sort_keys[1], s.sort_vals[1], n, s.order_key, s.order_set,
+      s.order_pos);
   return cudaGetLastError();
 }
 
@@ -415,8 +411,8 @@ cudaError_t launch_hits_from_misses(device_state* st, uint32_t n, cudaStream_t s
 cudaError_t launch_mark_heads(const batch_scratch& s, uint32_t n, bool by_key,
                               cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  mark_heads_kernel<<<blocks_for_threads(n), block_threads, 0, stream>>>(
-      s.order_key, s.order_set, n, by_key, s.flags);
+  mark_heads_kernel<<<blocks_for_threads(n), block_threads, 0, stream>>>(s.order_key, s.order_set,
+                                                                         n, by_key, s.flags);
   return cudaGetLastError();
 }
 
@@ -435,8 +431,8 @@ cudaError_t launch_gather_evictions(const slot_table& t, const batch_scratch& s,
                                     device_state* st, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   size_t temp = s.temp_bytes;
-  cudaError_t e = cub::DeviceScan::ExclusiveSum(s.temp, temp, s.flags, s.scan,
-                                                static_cast<int>(n), stream);
+  cudaError_t e =
+      cub::DeviceScan::ExclusiveSum(s.temp, temp, s.flags, s.scan, static_cast<int>(n), stream);
   if (e != cudaSuccess) return e;
   gather_evictions_kernel<<<blocks_for_warps(n), block_threads, 0, stream>>>(
       t, s.flags, s.scan, n, s.evict_keys, s.evict_rows, evicted_keys, evicted_rows, st);
@@ -459,8 +455,8 @@ cudaError_t launch_dump(const slot_table& t, uint32_t slots, bool include_clean,
                         device_state* st, void* temp, size_t temp_bytes, cudaStream_t stream) {
   dump_select_kernel<<<blocks_for_threads(slots), block_threads, 0, stream>>>(t, slots,
                                                                               include_clean, sel);
-  cudaError_t e = cub::DeviceScan::ExclusiveSum(temp, temp_bytes, sel, scan,
-                                                static_cast<int>(slots), stream);
+  cudaError_t e =
+      cub::DeviceScan::ExclusiveSum(temp, temp_bytes, sel, scan, static_cast<int>(slots), stream);
   if (e != cudaSuccess) return e;
   dump_copy_kernel<<<blocks_for_warps(slots), block_threads, 0, stream>>>(
       t, slots, clear_dirty, sel, scan, keys_out, rows_out, st);

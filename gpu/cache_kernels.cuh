@@ -26,7 +26,7 @@ struct slot_table {
   uint32_t slabs_per_set = 0;
   uint32_t set_slots = 0;
   size_t arena_stride = 0;
-  size_t record_bytes = 0;  // packed record size of caller buffers
+  size_t record_bytes = 0;    // packed record size of caller buffers
   uint32_t record_words = 0;  // record_bytes / 4
   uint32_t dim = 0;
 };

@@ -1,12 +1,11 @@
 // cuda_cache: argument checks and call sequencing on the host; the kernels
 // are in cache_kernels.cu. Each call mirrors the same-named cpu_cache call.
-#include "gpu/cuda_cache.hpp"
-
 #include <atomic>
 #include <optional>
 #include <string>
 
 #include "gpu/cache_kernels.cuh"
+#include "gpu/cuda_cache.hpp"
 #include "gpu/cuda_check.cuh"
 #include "gpu/device_memory.hpp"
 
@@ -39,8 +38,8 @@ cache_geometry geometry_for_bytes(const row_layout& layout, size_t hbm_bytes,
   const size_t per_set = per_slot * cache_geometry::slab_slots * slabs_per_set;
   cache_geometry g;
   g.slabs_per_set = slabs_per_set;
-  g.sets = static_cast<uint32_t>(std::max<size_t>(1, std::min<size_t>(hbm_bytes / per_set,
-                                                                      UINT32_MAX)));
+  g.sets =
+      static_cast<uint32_t>(std::max<size_t>(1, std::min<size_t>(hbm_bytes / per_set, UINT32_MAX)));
   return g;
 }
 
@@ -168,8 +167,8 @@ struct cuda_cache::impl {
       if (done) done(std::move(enqueued));
       return;
     }
-    status copied = STRATA_CUDA(cudaMemcpyAsync(pinned, state, sizeof(device_state),
-                                                cudaMemcpyDeviceToHost, stream));
+    status copied = STRATA_CUDA(
+        cudaMemcpyAsync(pinned, state, sizeof(device_state), cudaMemcpyDeviceToHost, stream));
     if (!copied) {
       if (done) done(std::move(copied));
       return;
@@ -183,8 +182,7 @@ struct cuda_cache::impl {
   }
 };
 
-expected<std::unique_ptr<cuda_cache>> cuda_cache::create(row_layout layout,
-                                                         cache_geometry geometry,
+expected<std::unique_ptr<cuda_cache>> cuda_cache::create(row_layout layout, cache_geometry geometry,
                                                          cuda_stream stream) {
   if (geometry.sets == 0 || geometry.slabs_per_set == 0)
     return bad_argument("create: empty geometry");
@@ -261,10 +259,10 @@ void cuda_cache::query(memory_span<const uint64_t> keys, memory_span<std::byte> 
   const uint32_t count = static_cast<uint32_t>(n);
   batch_scratch& s = m.scratch;
   status st = [&]() -> status {
-    STRATA_CUDA_TRY(launch_query(m.table, keys.data(), count, rows.data(), s.flags, m.tick,
-                                 m.stream));
-    STRATA_CUDA_TRY(compact(s.flags, count, s.scan, miss_indices.data(), &m.state->misses,
-                            s.temp, s.temp_bytes, m.stream));
+    STRATA_CUDA_TRY(
+        launch_query(m.table, keys.data(), count, rows.data(), s.flags, m.tick, m.stream));
+    STRATA_CUDA_TRY(compact(s.flags, count, s.scan, miss_indices.data(), &m.state->misses, s.temp,
+                            s.temp_bytes, m.stream));
     STRATA_CUDA_TRY(launch_hits_from_misses(m.state, count, m.stream));
     return {};
   }();
@@ -281,8 +279,7 @@ void cuda_cache::insert(memory_span<const uint64_t> keys, memory_span<const std:
   auto reject = [&](error e) {
     if (done) done(std::move(e));
   };
-  if (!is_device(keys) || !is_device(rows) || !is_device(evicted_keys) ||
-      !is_device(evicted_rows))
+  if (!is_device(keys) || !is_device(rows) || !is_device(evicted_keys) || !is_device(evicted_rows))
     return reject(bad_argument("insert: buffers must be device memory"));
   if (n > UINT32_MAX) return reject(bad_argument("insert: batch larger than 2^32 keys"));
   if (rows.size() < n * m.record_bytes)
@@ -359,10 +356,10 @@ void cuda_cache::update(memory_span<const uint64_t> keys, memory_span<const floa
                             s.temp_bytes, m.stream));
     // s.flags now holds the miss flags (by batch position).
     STRATA_CUDA_TRY(cudaMemsetAsync(s.flags, 0, sizeof(uint32_t) * count, m.stream));
-    STRATA_CUDA_TRY(launch_update(m.table, s, count, m.state, grads.data(), p, m.tick, s.flags,
-                                  m.stream));
-    STRATA_CUDA_TRY(compact(s.flags, count, s.scan, miss_indices.data(), &m.state->misses,
-                            s.temp, s.temp_bytes, m.stream));
+    STRATA_CUDA_TRY(
+        launch_update(m.table, s, count, m.state, grads.data(), p, m.tick, s.flags, m.stream));
+    STRATA_CUDA_TRY(compact(s.flags, count, s.scan, miss_indices.data(), &m.state->misses, s.temp,
+                            s.temp_bytes, m.stream));
     STRATA_CUDA_TRY(launch_hits_from_misses(m.state, count, m.stream));
     return {};
   }();
@@ -385,8 +382,8 @@ void cuda_cache::dump(memory_span<uint64_t> keys_out, memory_span<std::byte> row
 
   if (status st = m.begin(0); !st) return reject(st.err());
   status st = STRATA_CUDA(launch_dump(m.table, m.slots, include_clean, clear_dirty, m.dump_sel,
-                               m.dump_scan, keys_out.data(), rows_out.data(), m.state,
-                               m.dump_temp, m.dump_temp_bytes, m.stream));
+                                      m.dump_scan, keys_out.data(), rows_out.data(), m.state,
+                                      m.dump_temp, m.dump_temp_bytes, m.stream));
   m.finish(std::move(st), counts, done);
 }
 

@@ -25,8 +25,8 @@ inline status cuda_status(cudaError_t code, const char* call, const char* file, 
 #define STRATA_CUDA(call) ::strata::gpu::cuda_status((call), #call, __FILE__, __LINE__)
 // Returns the error of a failed CUDA call from a function returning status
 // or expected<T>.
-#define STRATA_CUDA_TRY(call)                                    \
-  do {                                                           \
-    ::strata::status strata_cuda_st_ = STRATA_CUDA(call);        \
-    if (!strata_cuda_st_) return strata_cuda_st_.err();          \
+#define STRATA_CUDA_TRY(call)                             \
+  do {                                                    \
+    ::strata::status strata_cuda_st_ = STRATA_CUDA(call); \
+    if (!strata_cuda_st_) return strata_cuda_st_.err();   \
   } while (false)

@@ -1,8 +1,7 @@
-#include "gpu/device_memory.hpp"
-
 #include <string>
 
 #include "gpu/cuda_check.cuh"
+#include "gpu/device_memory.hpp"
 
 namespace strata::gpu {
 
@@ -31,8 +30,7 @@ expected<std::string> device_description() {
   cudaDeviceProp prop{};
   STRATA_CUDA_TRY(cudaGetDeviceProperties(&prop, 0));
   return std::string(prop.name) + ", sm_" + std::to_string(prop.major) +
-         std::to_string(prop.minor) + ", " +
-         std::to_string(prop.totalGlobalMem >> 30) + " GiB";
+         std::to_string(prop.minor) + ", " + std::to_string(prop.totalGlobalMem >> 30) + " GiB";
 }
 
 device_memory::~device_memory() {

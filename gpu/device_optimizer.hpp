@@ -113,7 +113,8 @@ STRATA_HD void apply_element(const optimizer_params& c, const row_prologue& p, u
       float* acc = state;
       const float g = fp::add(grad, fp::mul(c.l2, w[i]));
       acc[i] = fp::add(acc[i], fp::mul(g, g));
-      w[i] = fp::sub(w[i], fp::div(fp::mul(c.learning_rate, g), fp::add(fp::sqrt(acc[i]), c.epsilon)));
+      w[i] =
+          fp::sub(w[i], fp::div(fp::mul(c.learning_rate, g), fp::add(fp::sqrt(acc[i]), c.epsilon)));
       return;
     }
     case 2: {  // Adam

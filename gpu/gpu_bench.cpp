@@ -104,8 +104,8 @@ bool run_gpu_bench(const gpu_bench_options& o, bench_report& report, std::ostrea
       auto* d_miss = reinterpret_cast<uint32_t*>(mem.allocate(size_t{n} * 4));
       auto query = [&](int c, cache_counts& counts, cache_completion done) {
         cache.query(device_span<const uint64_t>(d_q + size_t(c) * n, n),
-                    device_span<std::byte>(d_out, size_t{n} * rb),
-                    device_span<uint32_t>(d_miss, n), counts, std::move(done));
+                    device_span<std::byte>(d_out, size_t{n} * rb), device_span<uint32_t>(d_miss, n),
+                    counts, std::move(done));
       };
       if (timed(2, query, log) < 0) return false;  // warm-up
       const double s = timed(batches, query, log);
@@ -115,8 +115,8 @@ bool run_gpu_bench(const gpu_bench_options& o, bench_report& report, std::ostrea
       const std::string name = "gpu_query_" + std::to_string(n) + "_hit" + std::to_string(hit_pct);
       report.add({name + "_keys_per_s", keys / s, "keys/s", "", 0});
       report.add({name + "_gbps", gbps, "GB/s", "cudaMemcpy_d2d", memcpy_gbps});
-      if (n == 65536) report.add({name + "_vs_hugectr", gbps, "GB/s", "hugectr_floor",
-                                  hugectr_floor_gbps});
+      if (n == 65536)
+        report.add({name + "_vs_hugectr", gbps, "GB/s", "hugectr_floor", hugectr_floor_gbps});
     }
     // Update (gradient + Adagrad), every key resident.
     const row_layout layout{dim, optimizer_kind::adagrad, true};
@@ -163,8 +163,8 @@ bool run_gpu_bench(const gpu_bench_options& o, bench_report& report, std::ostrea
     if (timed(2, update, log) < 0) return false;
     const double s = timed(batches, update, log);
     if (s < 0) return false;
-    report.add({"gpu_update_adagrad_" + std::to_string(n) + "_keys_per_s",
-                double(batches) * n / s, "keys/s", "", 0});
+    report.add({"gpu_update_adagrad_" + std::to_string(n) + "_keys_per_s", double(batches) * n / s,
+                "keys/s", "", 0});
   }
   return true;
 }

@@ -34,10 +34,10 @@
 namespace strata::model {
 
 struct model_config {
-  uint32_t slots = 39;           // feature slots (Criteo: 13 integer + 26 categorical)
+  uint32_t slots = 39;  // feature slots (Criteo: 13 integer + 26 categorical)
   uint32_t embedding_dim = 8;
   std::vector<uint32_t> hidden{64, 32};
-  uint64_t seed = 1;             // dense weight initialization
+  uint64_t seed = 1;  // dense weight initialization
   uint32_t row_dim() const { return embedding_dim + 1; }
 };
 

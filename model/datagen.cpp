@@ -172,9 +172,8 @@ std::filesystem::path planted_path(const std::filesystem::path& data) {
 expected<planted_quality> generate(const datagen_config& config,
                                    const std::function<void(uint64_t)>& progress) {
   if (config.distinct_keys < categorical_slots || config.distinct_keys > (uint64_t{1} << 32))
-    return error(errc::invalid_argument,
-                 "datagen: distinct_keys must be in [26, 2^32], got " +
-                     std::to_string(config.distinct_keys));
+    return error(errc::invalid_argument, "datagen: distinct_keys must be in [26, 2^32], got " +
+                                             std::to_string(config.distinct_keys));
   if (!(config.zipf > 0) || !(config.weight_stddev >= 0))
     return error(errc::invalid_argument, "datagen: zipf must be > 0 and weight_stddev >= 0");
 
@@ -273,8 +272,8 @@ expected<planted_quality> generate(const datagen_config& config,
   output_file planted;
   STRATA_TRY(planted.open(planted_path(config.output)));
   char text[128];
-  const int n = std::snprintf(text, sizeof text, "auc %.9g\nlogloss %.9g\n", quality.auc,
-                              quality.logloss);
+  const int n =
+      std::snprintf(text, sizeof text, "auc %.9g\nlogloss %.9g\n", quality.auc, quality.logloss);
   planted.buffer().append(text, static_cast<size_t>(n));
   STRATA_TRY(planted.close());
   return quality;
@@ -291,8 +290,7 @@ expected<planted_quality> read_planted(const std::filesystem::path& data) {
   planted_quality q;
   const int fields = std::fscanf(f, "auc %lf logloss %lf", &q.auc, &q.logloss);
   std::fclose(f);
-  if (fields != 2)
-    return error(errc::corrupt_data, "not 'auc X\\nlogloss Y' in " + path.string());
+  if (fields != 2) return error(errc::corrupt_data, "not 'auc X\\nlogloss Y' in " + path.string());
   return q;
 }
 

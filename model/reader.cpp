@@ -134,10 +134,9 @@ class line_reader : public reader {
 
   status open() {
     if (config_.shard_count == 0 || config_.shard_index >= config_.shard_count)
-      return error(errc::invalid_argument, "reader: shard_index " +
-                                               std::to_string(config_.shard_index) +
-                                               " not below shard_count " +
-                                               std::to_string(config_.shard_count));
+      return error(errc::invalid_argument,
+                   "reader: shard_index " + std::to_string(config_.shard_index) +
+                       " not below shard_count " + std::to_string(config_.shard_count));
     STRATA_TRY(source_.open(config_.path));
     STRATA_TRY(open_format());
     if (!has_header()) return {};
@@ -168,11 +167,11 @@ class line_reader : public reader {
       if (const char* reason = parse(text, out); reason != nullptr) {
         bad_lines_.push_back({source_.path(), lines_read_, reason});
         if (bad_lines_.size() > config_.max_bad_lines) {
-          failure_ = error(errc::corrupt_data,
-                           source_.path() + ":" + std::to_string(lines_read_) + ": " + reason +
-                               " (" + std::to_string(bad_lines_.size()) +
-                               " bad lines, more than max_bad_lines " +
-                               std::to_string(config_.max_bad_lines) + ")");
+          failure_ =
+              error(errc::corrupt_data, source_.path() + ":" + std::to_string(lines_read_) + ": " +
+                                            reason + " (" + std::to_string(bad_lines_.size()) +
+                                            " bad lines, more than max_bad_lines " +
+                                            std::to_string(config_.max_bad_lines) + ")");
           return *failure_;
         }
         continue;
@@ -246,8 +245,8 @@ class csv_reader final : public line_reader {
  private:
   status open_format() override {
     if (config_.columns.label.empty())
-      return error(errc::invalid_argument, "csv reader: no label column configured for " +
-                                               config_.path.string());
+      return error(errc::invalid_argument,
+                   "csv reader: no label column configured for " + config_.path.string());
     return {};
   }
   bool has_header() const override { return true; }
@@ -260,8 +259,7 @@ class csv_reader final : public line_reader {
       auto it = index.find(name);
       if (it == index.end())
         return error(errc::invalid_argument, "csv reader: column '" + name +
-                                                 "' not in the header of " +
-                                                 config_.path.string());
+                                                 "' not in the header of " + config_.path.string());
       return it->second;
     };
     auto label = find(config_.columns.label);
@@ -349,9 +347,15 @@ class libffm_reader final : public line_reader {
 expected<std::unique_ptr<reader>> reader::open(const reader_config& config) {
   std::unique_ptr<line_reader> r;
   switch (config.format) {
-    case data_format::criteo_tsv: r = std::make_unique<criteo_tsv_reader>(config); break;
-    case data_format::csv: r = std::make_unique<csv_reader>(config); break;
-    case data_format::libffm: r = std::make_unique<libffm_reader>(config); break;
+    case data_format::criteo_tsv:
+      r = std::make_unique<criteo_tsv_reader>(config);
+      break;
+    case data_format::csv:
+      r = std::make_unique<csv_reader>(config);
+      break;
+    case data_format::libffm:
+      r = std::make_unique<libffm_reader>(config);
+      break;
   }
   if (r == nullptr) return error(errc::invalid_argument, "reader: unknown data format");
   STRATA_TRY(r->open());

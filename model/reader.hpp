@@ -40,7 +40,7 @@ struct csv_columns {
 struct reader_config {
   data_format format = data_format::criteo_tsv;
   std::filesystem::path path;
-  csv_columns columns;          // csv only
+  csv_columns columns;           // csv only
   uint64_t max_bad_lines = 100;  // more than this is an error
   // Read only lines with (line_index % shard_count) == shard_index, so that
   // several workers split one file without overlap.

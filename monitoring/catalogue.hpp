@@ -42,9 +42,9 @@ struct training_values {
 
 // Everything one scrape exports.
 struct node_snapshot {
-  std::string node;                       // label `node`
-  std::string table;                      // label `table`
-  std::vector<actors::tier_stats> tiers;  // shards and caches (kind "shard" / "cache")
+  std::string node;                         // label `node`
+  std::string table;                        // label `table`
+  std::vector<actors::tier_stats> tiers;    // shards and caches (kind "shard" / "cache")
   std::vector<actors::actor_stats> actors;  // workers, dense, coordinator (while training)
   training_values training;
   build_info build;

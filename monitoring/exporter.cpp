@@ -111,8 +111,9 @@ class exporter::collector : public prometheus::Collectable {
     snapshot_.actors.clear();
     for (const auto& a : others_) {
       self->request(a, timeout_, actors::stats_atom::value)
-          .receive([&](actors::actor_stats& stats) { snapshot_.actors.push_back(std::move(stats)); },
-                   [&](caf::error&) { ++snapshot_.stats_failures; });
+          .receive(
+              [&](actors::actor_stats& stats) { snapshot_.actors.push_back(std::move(stats)); },
+              [&](caf::error&) { ++snapshot_.stats_failures; });
     }
     std::sort(snapshot_.tiers.begin(), snapshot_.tiers.end(), [](const auto& a, const auto& b) {
       if (a.kind != b.kind) return a.kind > b.kind;  // shards first

@@ -64,8 +64,8 @@ struct cache_geometry {
 struct cache_counts {
   uint32_t hits = 0;
   uint32_t misses = 0;
-  uint32_t evicted = 0;  // dirty rows written to the evicted buffers
-  uint32_t skipped = 0;  // insert: rows not stored (present with a higher or equal version)
+  uint32_t evicted = 0;   // dirty rows written to the evicted buffers
+  uint32_t skipped = 0;   // insert: rows not stored (present with a higher or equal version)
   uint32_t replaced = 0;  // insert: resident rows overwritten in place by a higher version
 };
 

@@ -20,8 +20,7 @@ constexpr uint32_t counter_max = std::numeric_limits<uint16_t>::max();
 constexpr uint64_t row_seed(uint32_t row) { return seed_base + uint64_t{row} * seed_step; }
 
 uint32_t round_up_pow2(uint32_t width) {
-  STRATA_ASSERT(width >= 1 && width <= (uint32_t{1} << 31),
-                "count-min width must be in [1, 2^31]");
+  STRATA_ASSERT(width >= 1 && width <= (uint32_t{1} << 31), "count-min width must be in [1, 2^31]");
   return std::bit_ceil(width);
 }
 

@@ -58,7 +58,7 @@ class zeroed_array {
   explicit zeroed_array(size_t bytes) : bytes_(allocated_bytes(bytes)) {
     if (bytes_ == 0) return;
     if (bytes_ < map_threshold) {
-      data_ = static_cast<std::byte*>(::operator new(bytes_, std::align_val_t{line_bytes}));
+      data_ = static_cast<std::byte*>(::operator new (bytes_, std::align_val_t{line_bytes}));
       std::memset(data_, 0, bytes_);
       return;
     }
@@ -70,7 +70,7 @@ class zeroed_array {
   ~zeroed_array() {
     if (data_ == nullptr) return;
     if (bytes_ < map_threshold) {
-      ::operator delete(data_, std::align_val_t{line_bytes});
+      ::operator delete (data_, std::align_val_t{line_bytes});
     } else {
       ::munmap(data_, bytes_);
     }
@@ -169,10 +169,9 @@ struct dram_tier::impl {
   }
 
   // The most rows whose footprint fits the budget (footprint grows with rows).
-  static size_t rows_for_budget(const row_layout& layout, eviction_policy policy,
-                                size_t budget) {
+  static size_t rows_for_budget(const row_layout& layout, eviction_policy policy, size_t budget) {
     if (footprint(layout, policy, 0) > budget) return 0;
-    size_t lo = 0;  // fits
+    size_t lo = 0;                                                           // fits
     size_t hi = std::min(budget / layout.record_bytes() + 1, max_rows + 1);  // does not fit
     while (hi - lo > 1) {
       const size_t mid = lo + (hi - lo) / 2;

@@ -31,8 +31,7 @@ struct initializer_config {
 };
 
 // Writes `dim` initial weights of `key` to `out`.
-void initialize_weights(const initializer_config& config, uint64_t key, float* out,
-                        uint32_t dim);
+void initialize_weights(const initializer_config& config, uint64_t key, float* out, uint32_t dim);
 
 // The counter-based random word for (seed, key, counter); exposed for tests
 // and for the CUDA backend's check against the CPU.

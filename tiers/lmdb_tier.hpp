@@ -33,12 +33,12 @@
 namespace strata {
 
 struct lmdb_tier_config {
-  std::filesystem::path directory;  // created if missing
-  std::string table = "default";    // named database
-  uint32_t partitions = 4096;       // P of the cluster (key -> partition_of)
+  std::filesystem::path directory;     // created if missing
+  std::string table = "default";       // named database
+  uint32_t partitions = 4096;          // P of the cluster (key -> partition_of)
   size_t map_bytes = size_t{1} << 40;  // reserved sparse map (1 TiB)
-  bool sync = false;                // false: MDB_NOSYNC between sync() calls
-  uint32_t max_tables = 64;         // named databases per environment
+  bool sync = false;                   // false: MDB_NOSYNC between sync() calls
+  uint32_t max_tables = 64;            // named databases per environment
   // Open another handle of a table already open in this process: a shard
   // reads through one while its ssd_flush actor writes through the other
   // (LMDB: many readers, one writer). Without it a second open is refused.

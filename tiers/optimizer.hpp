@@ -42,8 +42,8 @@ void init_optimizer_state(const optimizer_config& config, const row_layout& layo
 
 // Applies one update with gradient `grad` (layout.dim floats) to `record`,
 // and bumps its version counter by one. The layout must carry state.
-void apply_optimizer(const optimizer_config& config, const row_layout& layout,
-                     std::byte* record, const float* grad);
+void apply_optimizer(const optimizer_config& config, const row_layout& layout, std::byte* record,
+                     const float* grad);
 
 // Adam's per-row step counter (the last state word).
 uint32_t adam_step(const row_layout& layout, const std::byte* record);

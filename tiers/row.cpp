@@ -51,10 +51,14 @@ std::string describe(uint64_t key, std::string_view where) {
 
 std::string_view to_string(optimizer_kind kind) {
   switch (kind) {
-    case optimizer_kind::sgd: return "sgd";
-    case optimizer_kind::adagrad: return "adagrad";
-    case optimizer_kind::adam: return "adam";
-    case optimizer_kind::ftrl: return "ftrl";
+    case optimizer_kind::sgd:
+      return "sgd";
+    case optimizer_kind::adagrad:
+      return "adagrad";
+    case optimizer_kind::adam:
+      return "adam";
+    case optimizer_kind::ftrl:
+      return "ftrl";
   }
   return "unknown";
 }
@@ -62,10 +66,14 @@ std::string_view to_string(optimizer_kind kind) {
 uint32_t row_layout::state_words() const {
   if (!with_state) return 0;
   switch (optimizer) {
-    case optimizer_kind::sgd: return 0;
-    case optimizer_kind::adagrad: return dim;
-    case optimizer_kind::adam: return 2 * dim + 1;
-    case optimizer_kind::ftrl: return 2 * dim;
+    case optimizer_kind::sgd:
+      return 0;
+    case optimizer_kind::adagrad:
+      return dim;
+    case optimizer_kind::adam:
+      return 2 * dim + 1;
+    case optimizer_kind::ftrl:
+      return 2 * dim;
   }
   return 0;
 }
@@ -130,10 +138,9 @@ expected<decoded_kind> decode_row(const row_layout& layout, uint64_t key,
     return decoded_kind::tombstone;
   }
   if (payload != size_t{4} * layout.value_words()) {
-    return error{errc::corrupt_data, "stored row has " + std::to_string(payload) +
-                                         " payload bytes, expected " +
-                                         std::to_string(4 * layout.value_words()) + " for " +
-                                         describe(key, where)};
+    return error{errc::corrupt_data,
+                 "stored row has " + std::to_string(payload) + " payload bytes, expected " +
+                     std::to_string(4 * layout.value_words()) + " for " + describe(key, where)};
   }
   meta.freq = get<uint32_t>(in, 20);
   meta.tick = get<uint32_t>(in, 24);

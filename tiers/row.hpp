@@ -28,9 +28,9 @@
 // plain structs.
 #pragma once
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
-#include <bit>
 #include <cstring>
 #include <span>
 #include <string_view>

@@ -105,7 +105,8 @@ status tier_chain::lookup(std::span<const uint64_t> keys, rows_span out,
     row_buffer unique(layout);
     std::unordered_map<uint64_t, bool> seen;
     for (size_t i = 0; i < promote.size(); ++i)
-      if (seen.try_emplace(promote.key(i), true).second) unique.append(promote.key(i), promote.record(i));
+      if (seen.try_emplace(promote.key(i), true).second)
+        unique.append(promote.key(i), promote.record(i));
     for (size_t i = 0; i < created.size(); ++i) unique.append(created.key(i), created.record(i));
     stats_.promoted += promote.size();
     row_buffer spilled(layout);

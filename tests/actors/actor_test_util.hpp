@@ -5,10 +5,9 @@
 
 #include <gtest/gtest.h>
 
-#include <optional>
-
 #include <caf/all.hpp>
 #include <caf/scheduler/test_coordinator.hpp>
+#include <optional>
 
 #include "actors/protocol.hpp"
 
@@ -24,7 +23,9 @@ struct test_system_config : caf::actor_system_config {
 
 class actor_harness {
  public:
-  actor_harness() : system_(config_), sched_(dynamic_cast<caf::scheduler::test_coordinator&>(system_.scheduler())) {}
+  actor_harness()
+      : system_(config_),
+        sched_(dynamic_cast<caf::scheduler::test_coordinator&>(system_.scheduler())) {}
   caf::actor_system& system() { return system_; }
   caf::scheduler::test_coordinator& sched() { return sched_; }
 

@@ -73,8 +73,8 @@ struct cluster_fixture {
   }
   // The shard's own copy, bypassing every cache.
   float shard_weight(uint64_t key) {
-    auto r = h.call<pull_reply>(shards[map.shard_of(key)], pull_atom::value,
-                                std::vector<uint64_t>{key});
+    auto r =
+        h.call<pull_reply>(shards[map.shard_of(key)], pull_atom::value, std::vector<uint64_t>{key});
     return weights_of(rows_of(r.rows, table.layout)[0])[0];
   }
   float weight(const row_batch& b, size_t i) { return weights_of(rows_of(b, table.layout)[i])[0]; }
@@ -242,7 +242,8 @@ TEST(CacheTier, LatePrefetchDoesNotOverwriteANewerRow) {
   c.geometry.sets = 4;
   auto cache = spawn_cache_tier(h.system(), c, training_mode::pass, {shard}, partition_map(8, 1));
   auto release = [&](uint32_t i) {
-    h.system().spawn([shard, i](caf::event_based_actor* self) { self->send(shard, tick_atom::value, i); });
+    h.system().spawn(
+        [shard, i](caf::event_based_actor* self) { self->send(shard, tick_atom::value, i); });
     h.sched().run();
   };
   // 1. A prefetch asks the shard for key 42; the answer is held.

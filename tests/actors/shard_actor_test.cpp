@@ -146,7 +146,7 @@ TEST_F(shard_fixture, BackPressureKeepsRowsReadableAndLosesNone) {
   auto stalled = h.ask<tier_stats>(shard, stats_atom::value);
   h.run_except_named("ssd_flush");
   ASSERT_TRUE(stalled->value);
-  EXPECT_EQ(stalled->value->flushes_in_flight, 2u);  // max_flushes_in_flight
+  EXPECT_EQ(stalled->value->flushes_in_flight, 2u);   // max_flushes_in_flight
   EXPECT_GT(stalled->value->write_behind_rows, 16u);  // more than two batches wait
   h.sched().run();
   auto after = h.call<tier_stats>(shard, stats_atom::value);

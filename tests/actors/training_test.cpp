@@ -4,6 +4,8 @@
 // run_local_cluster on the sample file and on datagen data.
 #include <gtest/gtest.h>
 
+#include <caf/all.hpp>
+#include <caf/scheduler/test_coordinator.hpp>
 #include <chrono>
 #include <cmath>
 #include <fstream>
@@ -11,9 +13,6 @@
 #include <optional>
 #include <set>
 #include <thread>
-
-#include <caf/all.hpp>
-#include <caf/scheduler/test_coordinator.hpp>
 
 #include "actors/coordinator_actor.hpp"
 #include "actors/dense_actor.hpp"
@@ -320,7 +319,8 @@ TEST_P(ExactSum, EveryKeyHoldsTheExactSumUnderEvictionPressure) {
 
     // Eviction pressure was real: rows went down to LMDB and came back.
     uint64_t flushed = 0, cache_evictions = 0;
-    for (auto& shard : cluster->shards) flushed += ds.call<tier_stats>(shard, stats_atom::value).flushed_rows;
+    for (auto& shard : cluster->shards)
+      flushed += ds.call<tier_stats>(shard, stats_atom::value).flushed_rows;
     for (auto& cache : cluster->caches)
       cache_evictions += ds.call<tier_stats>(cache, stats_atom::value).evictions;
     EXPECT_GT(flushed, sums.size() / 2);
@@ -342,8 +342,8 @@ TEST_P(ExactSum, EveryKeyHoldsTheExactSumUnderEvictionPressure) {
       auto reply = ds.call<pull_reply>(cluster->shards[s], pull_atom::value, shard_keys);
       ASSERT_EQ(reply.rows.records.size(), shard_keys.size() * record_bytes);
       for (size_t j = 0; j < shard_keys.size(); ++j) {
-        const float* w = weights_of(
-            reinterpret_cast<const std::byte*>(reply.rows.records.data()) + j * record_bytes);
+        const float* w = weights_of(reinterpret_cast<const std::byte*>(reply.rows.records.data()) +
+                                    j * record_bytes);
         const auto& want = sums.at(shard_keys[j]);
         for (uint32_t e = 0; e < S::dim; ++e)
           if (w[e] != want[e] && mismatches++ < 10)
@@ -545,18 +545,17 @@ void train_on_planted_data(training_mode mode, uint64_t rows, uint64_t heldout_r
   config.heldout.skip = rows;
   config.heldout_examples = heldout_rows;
   double last_loss = 0;
-  auto report = run_local_cluster(config, [&](const training_progress& p) {
-    last_loss = p.recent_loss;
-  });
+  auto report =
+      run_local_cluster(config, [&](const training_progress& p) { last_loss = p.recent_loss; });
   ASSERT_TRUE(report) << report.err().to_string();
   EXPECT_EQ(report->examples, rows / 2 * 2 * epochs);
   EXPECT_EQ(report->heldout_examples, heldout_rows);
-  std::printf("[ planted ] %s, %llu rows x %u epochs: %.0f examples/s (%.1f s), train loss %.4f; "
-              "held-out auc %.4f logloss %.4f; planted auc %.4f logloss %.4f\n",
-              mode == training_mode::async ? "async" : "pass",
-              static_cast<unsigned long long>(rows), epochs, report->examples_per_s,
-              report->seconds, report->train_loss, report->heldout_auc, report->heldout_logloss,
-              planted->auc, planted->logloss);
+  std::printf(
+      "[ planted ] %s, %llu rows x %u epochs: %.0f examples/s (%.1f s), train loss %.4f; "
+      "held-out auc %.4f logloss %.4f; planted auc %.4f logloss %.4f\n",
+      mode == training_mode::async ? "async" : "pass", static_cast<unsigned long long>(rows),
+      epochs, report->examples_per_s, report->seconds, report->train_loss, report->heldout_auc,
+      report->heldout_logloss, planted->auc, planted->logloss);
   EXPECT_GT(report->heldout_auc, planted->auc - 0.01);
 }
 

@@ -7,12 +7,12 @@ namespace {
 
 TEST(LatencyHistogram, ObservationsLandInTheFirstBucketAtOrAboveThem) {
   latency_histogram h;
-  h.observe(0.0);        // bucket 0 (<= 1 us)
-  h.observe(1e-6);       // bucket 0: bounds are inclusive upper limits
-  h.observe(1.5e-6);     // bucket 1 (<= 2.5 us)
-  h.observe(0.003);      // <= 5 ms: index 11
-  h.observe(10.0);       // last finite bucket
-  h.observe(11.0);       // +Inf
+  h.observe(0.0);     // bucket 0 (<= 1 us)
+  h.observe(1e-6);    // bucket 0: bounds are inclusive upper limits
+  h.observe(1.5e-6);  // bucket 1 (<= 2.5 us)
+  h.observe(0.003);   // <= 5 ms: index 11
+  h.observe(10.0);    // last finite bucket
+  h.observe(11.0);    // +Inf
   const auto c = h.counts();
   ASSERT_EQ(c.size(), latency_histogram::bounds.size() + 1);
   EXPECT_EQ(c[0], 2u);

@@ -45,8 +45,8 @@ namespace {
 
 // Rows equal: metadata exactly, floats bit for bit (exact) or within
 // 1e-6 relative; Adam's step word exactly.
-void expect_rows_equal(const row_layout& layout, const std::byte* a, const std::byte* b,
-                       bool exact, const std::string& what) {
+void expect_rows_equal(const row_layout& layout, const std::byte* a, const std::byte* b, bool exact,
+                       const std::string& what) {
   ASSERT_EQ(std::memcmp(a, b, sizeof(row_meta)), 0) << what << ": metadata";
   const uint32_t words = layout.value_words();
   const uint32_t step_word =
@@ -111,8 +111,8 @@ TEST_P(cpu_vs_gpu, RandomSequenceGivesTheSameKeysAndRows) {
         ASSERT_EQ(a.counts.evicted, b.counts.evicted) << at;
         ASSERT_EQ(a.evicted_keys, b.evicted_keys) << at;
         for (size_t e = 0; e < a.counts.evicted; ++e)
-          expect_rows_equal(layout, a.evicted_rows.data() + e * rb,
-                            b.evicted_rows.data() + e * rb, exact, at + " evicted");
+          expect_rows_equal(layout, a.evicted_rows.data() + e * rb, b.evicted_rows.data() + e * rb,
+                            exact, at + " evicted");
         break;
       }
       case 2: {
@@ -174,8 +174,7 @@ TEST(cuda_cache, CreateWithoutADeviceNamesTheReason) {
   }
   ASSERT_FALSE(c);
   EXPECT_EQ(c.err().code(), errc::unavailable);
-  EXPECT_NE(c.err().message().find("cudaGetDeviceCount"), std::string::npos)
-      << c.err().message();
+  EXPECT_NE(c.err().message().find("cudaGetDeviceCount"), std::string::npos) << c.err().message();
 }
 
 }  // namespace

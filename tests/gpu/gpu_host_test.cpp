@@ -64,8 +64,8 @@ void device_style_apply(const optimizer_config& c, const row_layout& layout, std
   const row_prologue pro = make_prologue(p, old_step);
   if (p.kind == 2) std::memcpy(state + 2 * size_t{layout.dim}, &pro.adam_step, 4);
   for (uint32_t j = 0; j < layout.dim; ++j) apply_element(p, pro, layout.dim, j, w, state, grad[j]);
-  meta_of(record).version =
-      make_version(incarnation_of(meta_of(record).version), counter_of(meta_of(record).version) + 1);
+  meta_of(record).version = make_version(incarnation_of(meta_of(record).version),
+                                         counter_of(meta_of(record).version) + 1);
 }
 
 class device_optimizer_bits : public ::testing::TestWithParam<optimizer_kind> {};

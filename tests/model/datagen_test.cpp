@@ -67,8 +67,10 @@ TEST(Datagen, ReadableWithSensibleLabelsAndKeys) {
       ++rows;
       positives += e.label == 1;
       for (const auto& f : e.features) {
-        if (f.slot < 13) ++integer_features;
-        else categorical.insert(f.key);
+        if (f.slot < 13)
+          ++integer_features;
+        else
+          categorical.insert(f.key);
       }
     }
   }

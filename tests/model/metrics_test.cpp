@@ -31,8 +31,7 @@ TEST(Auc, TiesCountHalf) {
   const std::vector<float> y{1, 1, 0, 0};
   EXPECT_DOUBLE_EQ(auc(p, y), 3.5 / 4.0);
   // All predictions equal: 0.5 whatever the labels.
-  EXPECT_DOUBLE_EQ(auc(std::vector<float>(7, 0.3f), std::vector<float>{1, 0, 0, 1, 0, 0, 0}),
-                   0.5);
+  EXPECT_DOUBLE_EQ(auc(std::vector<float>(7, 0.3f), std::vector<float>{1, 0, 0, 1, 0, 0, 0}), 0.5);
 }
 
 TEST(Auc, OneClassIsHalf) {

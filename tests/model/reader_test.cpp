@@ -30,8 +30,7 @@ std::vector<example> read_all(const reader_config& config) {
   return out;
 }
 
-size_t distinct_keys(const std::vector<example>& examples, uint32_t first_slot,
-                     uint32_t end_slot) {
+size_t distinct_keys(const std::vector<example>& examples, uint32_t first_slot, uint32_t end_slot) {
   std::set<uint64_t> keys;
   for (const auto& e : examples)
     for (const auto& f : e.features)
@@ -126,9 +125,9 @@ TEST(Csv, CriteoRowsGiveTheSameKeysInBothFormats) {
   // A Criteo row in TSV and in CSV (integer columns, then categoricals)
   // yields identical features.
   strata::testing::temp_dir dir;
-  const std::string tsv_line = "1\t5\t\t-2\t0\t7\t\t\t\t\t\t\t\t9\t68fd1e64\t\t" +
-                               std::string("a\tb\tc\td\te\tf\tg\th\ti\tj\tk\tl\tm\tn\to\tp\tq\tr\ts\t") +
-                               "t\tu\tv\tw\tx";
+  const std::string tsv_line =
+      "1\t5\t\t-2\t0\t7\t\t\t\t\t\t\t\t9\t68fd1e64\t\t" +
+      std::string("a\tb\tc\td\te\tf\tg\th\ti\tj\tk\tl\tm\tn\to\tp\tq\tr\ts\t") + "t\tu\tv\tw\tx";
   std::string csv_line = tsv_line;
   std::replace(csv_line.begin(), csv_line.end(), '\t', ',');
   std::string header = "label";
@@ -159,11 +158,16 @@ TEST(Csv, AvazuSample) {
   c.format = data_format::csv;
   c.path = samples / "deepctr_avazu_sample.txt";
   c.columns.label = "click";
-  c.columns.categorical = {"hour",         "C1",           "banner_pos",       "site_id",
-                           "site_domain",  "site_category", "app_id",          "app_domain",
-                           "app_category", "device_id",    "device_ip",        "device_model",
-                           "device_type",  "device_conn_type", "C14",          "C15",
-                           "C16",          "C17",          "C18",              "C19",
+  c.columns.categorical = {"hour",         "C1",
+                           "banner_pos",   "site_id",
+                           "site_domain",  "site_category",
+                           "app_id",       "app_domain",
+                           "app_category", "device_id",
+                           "device_ip",    "device_model",
+                           "device_type",  "device_conn_type",
+                           "C14",          "C15",
+                           "C16",          "C17",
+                           "C18",          "C19",
                            "C20",          "C21"};
   auto examples = read_all(c);
   EXPECT_EQ(examples.size(), 100u);
@@ -232,8 +236,8 @@ TEST(Reader, BadLinesAreSkippedAndReported) {
   std::stringstream in(text);
   for (std::string line; std::getline(in, line);) lines.push_back(line);
   ASSERT_EQ(lines.size(), 100u);
-  lines[36] = lines[36].substr(0, lines[36].rfind('\t'));  // line 37: a column short
-  lines[49][0] = '7';                                       // line 50: bad label
+  lines[36] = lines[36].substr(0, lines[36].rfind('\t'));          // line 37: a column short
+  lines[49][0] = '7';                                              // line 50: bad label
   lines[79] = "1\tx" + lines[79].substr(lines[79].find('\t', 2));  // line 80: bad integer
   std::string corrupt;
   for (const auto& l : lines) corrupt += l + "\n";
@@ -343,8 +347,10 @@ TEST(Reader, CrlfAndBlankLines) {
   std::string text = slurp(samples / "xlearn_criteo_small_train.ffm");
   std::string crlf;
   for (char ch : text) {
-    if (ch == '\n') crlf += "\r\n";
-    else crlf += ch;
+    if (ch == '\n')
+      crlf += "\r\n";
+    else
+      crlf += ch;
   }
   crlf += "\r\n\r\n";
   write_file(dir.path() / "crlf.ffm", crlf);
@@ -360,7 +366,8 @@ TEST(Reader, LongLinesAcrossChunks) {
   // Lines longer than the reader's 1 MiB chunk still parse.
   strata::testing::temp_dir dir;
   std::string line = "1";
-  for (int i = 0; i < 200000; ++i) line += " " + std::to_string(i % 39) + ":" + std::to_string(i) + ":1";
+  for (int i = 0; i < 200000; ++i)
+    line += " " + std::to_string(i % 39) + ":" + std::to_string(i) + ":1";
   write_file(dir.path() / "long.ffm", line + "\n" + line + "\n0 1:2:0.5");
   reader_config c;
   c.format = data_format::libffm;

@@ -173,7 +173,8 @@ TYPED_TEST(TierConformance, StoredRowsComeBackBitExact) {
   auto out = this->lookup(keys, misses);
   EXPECT_TRUE(misses.empty());
   for (size_t i = 0; i < keys.size(); ++i)
-    EXPECT_TRUE(same_row(this->table.layout, out.data() + i * this->rec, rows.data() + i * this->rec))
+    EXPECT_TRUE(
+        same_row(this->table.layout, out.data() + i * this->rec, rows.data() + i * this->rec))
         << "key " << keys[i];
 }
 
@@ -207,7 +208,8 @@ TYPED_TEST(TierConformance, OverwriteAndLastCopyInABatchWins) {
 }
 
 TYPED_TEST(TierConformance, EraseRemoves) {
-  if (!TypeParam::erases) GTEST_SKIP() << "the chain deletes by TTL tombstones, tested in tier_chain_test";
+  if (!TypeParam::erases)
+    GTEST_SKIP() << "the chain deletes by TTL tombstones, tested in tier_chain_test";
   std::vector<uint64_t> keys{1, 2};
   auto rows = testing::make_records(this->table.layout, keys, 1);
   this->store(keys, rows, true);
@@ -228,7 +230,8 @@ TYPED_TEST(TierConformance, DirtyRowsAreWrittenDownExactlyOnce) {
   row_buffer spilled(this->table.layout);
   // Clean rows first (a promotion from below), then dirty ones in batches
   // that overflow a bounded tier many times.
-  this->store(clean_keys, testing::make_records(this->table.layout, clean_keys, 1), false, &spilled);
+  this->store(clean_keys, testing::make_records(this->table.layout, clean_keys, 1), false,
+              &spilled);
   for (size_t i = 0; i < dirty_keys.size(); i += 16) {
     std::vector<uint64_t> part(dirty_keys.begin() + i,
                                dirty_keys.begin() + std::min(i + 16, dirty_keys.size()));
@@ -283,7 +286,8 @@ TYPED_TEST(TierConformance, DumpAndReloadRoundTrip) {
   ASSERT_TRUE(fresh->lookup(keys, {out.data(), this->rec}, misses));
   EXPECT_TRUE(misses.empty());
   for (size_t i = 0; i < keys.size(); ++i)
-    EXPECT_TRUE(same_row(this->table.layout, out.data() + i * this->rec, rows.data() + i * this->rec));
+    EXPECT_TRUE(
+        same_row(this->table.layout, out.data() + i * this->rec, rows.data() + i * this->rec));
 }
 
 // Eviction order, for tiers with a capacity. Scripted so that exact LRU,

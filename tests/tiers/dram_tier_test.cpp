@@ -29,8 +29,8 @@ std::vector<std::byte> make_row(const row_layout& layout, float value, uint64_t 
   return rec;
 }
 
-dram_tier make_tier(size_t rows, eviction_policy policy = eviction_policy::lru,
-                    uint32_t ttl = 0, row_layout layout = sgd_layout) {
+dram_tier make_tier(size_t rows, eviction_policy policy = eviction_policy::lru, uint32_t ttl = 0,
+                    row_layout layout = sgd_layout) {
   dram_tier_config config;
   config.capacity_bytes = dram_tier::budget_for_rows(layout, policy, rows);
   config.policy = policy;

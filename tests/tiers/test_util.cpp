@@ -1,8 +1,9 @@
 #include "tests/tiers/test_util.hpp"
 
+#include <unistd.h>
+
 #include <atomic>
 #include <random>
-#include <unistd.h>
 
 namespace strata::testing {
 

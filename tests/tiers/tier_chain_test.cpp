@@ -30,7 +30,8 @@ struct chain_fixture {
   std::unique_ptr<tier_chain> chain;
 
   chain_fixture(table_config t, size_t dram_rows, tier_chain_config cc = {},
-                dram_tier_config dc = {}) : table(std::move(t)) {
+                dram_tier_config dc = {})
+      : table(std::move(t)) {
     // Budget for roughly dram_rows rows (the tier derives its exact count).
     dc.capacity_bytes = dram_rows * (table.layout.record_bytes() + 32) + 4096;
     auto dram = std::make_unique<dram_tier>(table.layout, dc);

@@ -11,7 +11,8 @@ const row_layout layout{4, optimizer_kind::sgd, true};
 
 std::vector<std::byte> rows_with_version(const std::vector<uint64_t>& keys, uint64_t version) {
   auto recs = testing::make_records(layout, keys, static_cast<uint32_t>(version));
-  for (size_t i = 0; i < keys.size(); ++i) meta_of(recs.data() + i * layout.record_bytes()).version = version;
+  for (size_t i = 0; i < keys.size(); ++i)
+    meta_of(recs.data() + i * layout.record_bytes()).version = version;
   return recs;
 }
 
