@@ -1,6 +1,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <system_error>
 
@@ -18,6 +19,7 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   struct options {
     std::string suite;
     bool json = false;
+    std::string json_out;
     bool small = false;
     uint64_t keys = 1000000;
     std::string dir;
@@ -31,6 +33,8 @@ void add_bench_command(CLI::App& app, int& exit_code) {
       ->required()
       ->check(CLI::IsMember({"tiers", "e2e", "gpu"}));
   cmd->add_flag("--json", opts->json, "one JSON object per result line");
+  cmd->add_option("--json-out", opts->json_out,
+                  "also write the results as JSON lines to this file (for bench/plot.sh)");
   cmd->add_flag("--small", opts->small, "tiny sizes (a smoke run)");
   cmd->add_option("--keys", opts->keys,
                   "tiers: LMDB keys (default 1000000; 10000000 for the full size); "
@@ -80,6 +84,14 @@ void add_bench_command(CLI::App& app, int& exit_code) {
     } catch (const std::exception& e) {
       std::cerr << "strata bench: " << e.what() << '\n';
       exit_code = 1;
+    }
+    if (!opts->json_out.empty()) {
+      std::ofstream out(opts->json_out, std::ios::app);
+      report.print_json(out);
+      if (!out) {
+        std::cerr << "strata bench: cannot write " << opts->json_out << '\n';
+        exit_code = 1;
+      }
     }
     if (own_dir) {
       std::error_code ec;

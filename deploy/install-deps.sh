@@ -9,7 +9,7 @@ packages=(cmake g++ make pkg-config git libcaf-dev libucx-dev ucx-utils liblmdb-
   libgtest-dev libgmock-dev libbenchmark-dev libxxhash-dev libcli11-dev iproute2 curl)
 if [[ "${1:-}" == "--bench" ]]; then
   # OpenBLAS: without it Debian's torch falls back to the slow reference BLAS.
-  packages+=(python3-torch libopenblas0-pthread)
+  packages+=(python3-torch libopenblas0-pthread gnuplot-nox)
 fi
 
 missing=()
