@@ -23,4 +23,8 @@ void add_datagen_command(CLI::App& app, int& exit_code);
 // with a progress line on stderr, and prints the report on stdout.
 void add_launch_command(CLI::App& app, int& exit_code);
 
+// `strata checkpoint verify DIR`: checks a checkpoint directory's file list
+// (sizes and CRC32C of every file); names the file and the problem.
+void add_checkpoint_command(CLI::App& app, int& exit_code);
+
 }  // namespace strata::cli

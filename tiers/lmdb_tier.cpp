@@ -663,6 +663,14 @@ expected<std::unique_ptr<lmdb_tier>> lmdb_tier::open(row_layout layout, lmdb_tie
 }
 
 lmdb_tier::lmdb_tier(std::unique_ptr<impl> impl) : impl_(std::move(impl)) {}
+
+status lmdb_tier::copy_compacted(const std::filesystem::path& destination) {
+  const int rc = mdb_env_copy2(impl_->env->env, destination.c_str(), MDB_CP_COMPACT);
+  if (rc != 0)
+    return lmdb_error(rc, "cannot copy " + impl_->where + " to " + destination.string(),
+                      impl_->path());
+  return {};
+}
 lmdb_tier::~lmdb_tier() = default;
 
 const row_layout& lmdb_tier::layout() const { return impl_->layout; }

@@ -80,6 +80,10 @@ class lmdb_tier final : public row_store {
   status range_scan(uint32_t partition, const row_visitor& visit);
   // Flushes MDB_NOSYNC writes to disk.
   status sync();
+  // Writes a compacted copy of the whole environment (every table, the
+  // committed state of one read transaction) to `destination`, an existing
+  // empty directory (checkpoints). Errors name both paths.
+  status copy_compacted(const std::filesystem::path& destination);
   const std::filesystem::path& path() const;
   const lmdb_tier_stats& stats() const;
 
