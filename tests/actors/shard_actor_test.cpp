@@ -10,17 +10,8 @@ namespace strata::actors {
 namespace {
 
 using strata::testing::actor_harness;
+using strata::testing::exact_sum_table;
 using strata::testing::temp_dir;
-
-table_config exact_sum_table(uint32_t dim) {
-  table_config t;
-  t.name = "emb";
-  t.layout = row_layout{dim, optimizer_kind::sgd, true};
-  t.optimizer.kind = optimizer_kind::sgd;
-  t.optimizer.learning_rate = 1.0f;
-  t.initializer.kind = initializer_kind::zeros;
-  return t;
-}
 
 shard_config make_shard(const temp_dir& dir, uint32_t index, const table_config& table,
                         size_t dram_rows) {

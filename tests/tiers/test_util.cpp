@@ -31,6 +31,16 @@ table_config make_table(uint32_t dim, optimizer_kind optimizer) {
   return t;
 }
 
+table_config exact_sum_table(uint32_t dim) {
+  table_config t;
+  t.name = "exact";
+  t.layout = row_layout{dim, optimizer_kind::sgd, true};
+  t.optimizer.kind = optimizer_kind::sgd;
+  t.optimizer.learning_rate = 1.0f;
+  t.initializer.kind = initializer_kind::zeros;
+  return t;
+}
+
 std::vector<std::byte> make_records(const row_layout& layout, const std::vector<uint64_t>& keys,
                                     uint32_t salt) {
   std::vector<std::byte> out(keys.size() * layout.record_bytes());

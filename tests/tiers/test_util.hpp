@@ -27,6 +27,10 @@ class temp_dir {
 // A table with the given dim and optimizer, a normal initializer, seed 7.
 table_config make_table(uint32_t dim, optimizer_kind optimizer = optimizer_kind::adagrad);
 
+// The exact-sum table (ARCHITECTURE.md): zeros initializer, SGD with
+// learning rate 1, so a pushed gradient of -n adds exactly n.
+table_config exact_sum_table(uint32_t dim);
+
 // `count` records of `layout`, the row of key k filled with values derived
 // from (k, salt), version = salt + 1.
 std::vector<std::byte> make_records(const row_layout& layout, const std::vector<uint64_t>& keys,

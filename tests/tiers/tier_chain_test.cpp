@@ -10,19 +10,8 @@
 namespace strata {
 namespace {
 
+using testing::exact_sum_table;
 using testing::temp_dir;
-
-// The exact-sum table: zeros initializer, SGD with learning rate 1, so a
-// pushed gradient of -n adds n exactly (ARCHITECTURE.md, the exact-sum test).
-table_config exact_sum_table(uint32_t dim) {
-  table_config t;
-  t.name = "exact";
-  t.layout = row_layout{dim, optimizer_kind::sgd, true};
-  t.optimizer.kind = optimizer_kind::sgd;
-  t.optimizer.learning_rate = 1.0f;
-  t.initializer.kind = initializer_kind::zeros;
-  return t;
-}
 
 struct chain_fixture {
   temp_dir dir;
