@@ -13,6 +13,4 @@ namespace strata::actors {
 inline caf::error to_caf(const error& e) {
   return caf::make_error(caf::sec::runtime_error, e.to_string());
 }
-
-// Copies a strata row_buffer into a message row_batch and back.
 }  // namespace strata::actors

@@ -50,7 +50,6 @@ struct shard_state {
   std::vector<caf::typed_response_promise<ok_atom>> drain_waiters;
   bool draining = false;
   caf::error flush_error;  // a flush that failed twice; drain reports it
-  uint64_t flushed_rows = 0;
   static inline const char* name = "shard";
 };
 
@@ -71,7 +70,6 @@ void send_flush(shard_pointer self, uint64_t seq, bool retry) {
             m.lmdb_write.observe(write_seconds);
             ++m.flush_batches;
             m.flush_bytes += s.in_flight[done].keys.size() * s.config.table.layout.encoded_bytes();
-            s.flushed_rows += s.in_flight[done].keys.size();
             s.in_flight.erase(done);
             s.chain->flushed(done);
             maybe_flush(self);
@@ -222,7 +220,7 @@ shard_actor::behavior_type shard_behavior(shard_pointer self, shard_config confi
         out.lookups = out.hits + out.misses;
         out.inserts = cs.promoted + (cs.initialized - cs.not_admitted);
         out.evictions = dram.stats().evictions;
-        out.flushed_rows = st.flushed_rows;
+        out.flushed_rows = cs.flushed_rows;
         out.flush_batches = m.flush_batches;
         out.flush_bytes = m.flush_bytes;
         out.write_back_rows = m.write_back_rows;

@@ -172,6 +172,19 @@ void read_ahead(worker_pointer self) {
   }
 }
 
+// Fetches fresh dense weights into the replica; training waits for them.
+void pull_dense(worker_pointer self) {
+  self->state.dense_pull_pending = true;
+  self->request(self->state.peers.dense, caf::infinite, pull_dense_atom::value)
+      .then(
+          [self](dense_weights& w) {
+            self->state.dense = std::move(w.weights);
+            self->state.dense_pull_pending = false;
+            pump(self);
+          },
+          [self](caf::error& err) { fail(self, std::move(err)); });
+}
+
 void train_head(worker_pointer self) {
   auto& st = self->state;
   auto& head = st.ahead.front();
@@ -231,15 +244,7 @@ void train_head(worker_pointer self) {
             [self](caf::error& err) { fail(self, std::move(err)); });
   }
   if (st.config.pull_dense_every != 0 && st.steps % st.config.pull_dense_every == 0) {
-    st.dense_pull_pending = true;
-    self->request(st.peers.dense, caf::infinite, pull_dense_atom::value)
-        .then(
-            [self](dense_weights& w) {
-              self->state.dense = std::move(w.weights);
-              self->state.dense_pull_pending = false;
-              pump(self);
-            },
-            [self](caf::error& err) { fail(self, std::move(err)); });
+    pull_dense(self);
   }
 
   progress_report report;
@@ -344,15 +349,7 @@ worker_actor::behavior_type worker_behavior(worker_pointer self, worker_config c
     st.failure = caf::make_error(caf::sec::invalid_argument,
                                  "worker " + std::to_string(st.config.index) + ": no cache tier");
   // The replica starts from the dense actor's weights.
-  st.dense_pull_pending = true;
-  self->request(st.peers.dense, caf::infinite, pull_dense_atom::value)
-      .then(
-          [self](dense_weights& w) {
-            self->state.dense = std::move(w.weights);
-            self->state.dense_pull_pending = false;
-            pump(self);
-          },
-          [self](caf::error& err) { fail(self, std::move(err)); });
+  pull_dense(self);
   return {
       [self](stats_atom) {
         return actor_stats{"worker", self->state.config.index,

@@ -133,6 +133,17 @@ struct cuda_cache::impl {
     return {};
   }
 
+  // Sorts a batch by (set, key, position) and writes its segments (runs
+  // of one set, or of one key when by_key) to state->segments: the
+  // processing order insert and update share with the CPU backend.
+  status segment_batch(const uint64_t* keys, uint32_t count, bool by_key) {
+    STRATA_CUDA_TRY(sort_batch(keys, count, geometry.sets, scratch, stream));
+    STRATA_CUDA_TRY(launch_mark_heads(scratch, count, by_key, stream));
+    STRATA_CUDA_TRY(compact(scratch.flags, count, scratch.scan, scratch.heads, &state->segments,
+                            scratch.temp, scratch.temp_bytes, stream));
+    return {};
+  }
+
   struct completion {
     impl* m;
     cache_counts* counts;
@@ -294,10 +305,7 @@ void cuda_cache::insert(memory_span<const uint64_t> keys, memory_span<const std:
   const uint32_t new_flags = dirty ? (slot_valid | slot_dirty) : slot_valid;
   status st = [&]() -> status {
     if (count == 0) return {};
-    STRATA_CUDA_TRY(sort_batch(keys.data(), count, m.geometry.sets, s, m.stream));
-    STRATA_CUDA_TRY(launch_mark_heads(s, count, /*by_key=*/false, m.stream));
-    STRATA_CUDA_TRY(compact(s.flags, count, s.scan, s.heads, &m.state->segments, s.temp,
-                            s.temp_bytes, m.stream));
+    if (status seg = m.segment_batch(keys.data(), count, /*by_key=*/false); !seg) return seg;
     // s.flags now holds the eviction flags (by sorted index).
     STRATA_CUDA_TRY(cudaMemsetAsync(s.flags, 0, sizeof(uint32_t) * count, m.stream));
     STRATA_CUDA_TRY(launch_insert(m.table, s, count, m.state, rows.data(), new_flags, m.tick,
@@ -350,10 +358,7 @@ void cuda_cache::update(memory_span<const uint64_t> keys, memory_span<const floa
   batch_scratch& s = m.scratch;
   status st = [&]() -> status {
     if (count == 0) return {};
-    STRATA_CUDA_TRY(sort_batch(keys.data(), count, m.geometry.sets, s, m.stream));
-    STRATA_CUDA_TRY(launch_mark_heads(s, count, /*by_key=*/true, m.stream));
-    STRATA_CUDA_TRY(compact(s.flags, count, s.scan, s.heads, &m.state->segments, s.temp,
-                            s.temp_bytes, m.stream));
+    if (status seg = m.segment_batch(keys.data(), count, /*by_key=*/true); !seg) return seg;
     // s.flags now holds the miss flags (by batch position).
     STRATA_CUDA_TRY(cudaMemsetAsync(s.flags, 0, sizeof(uint32_t) * count, m.stream));
     STRATA_CUDA_TRY(

@@ -201,7 +201,7 @@ bool tier_chain::take_flush(row_buffer& rows, uint64_t& seq) {
 }
 
 void tier_chain::flushed(uint64_t seq) {
-  write_behind_->release(seq);
+  stats_.flushed_rows += write_behind_->release(seq);
   if (write_behind_->in_flight_batches() == 0 && !pending_tombstones_.empty()) {
     // Best effort here; expire()/drain() report errors of the durable tier.
     (void)write_tombstones();
@@ -218,7 +218,6 @@ status tier_chain::drain() {
     if (durable_) {
       row_buffer none(table_.layout);
       STRATA_TRY(durable_->store(batch.keys(), batch.rows(), true, none));
-      stats_.flushed_rows += batch.size();
     }
     flushed(seq);
   }
@@ -227,10 +226,7 @@ status tier_chain::drain() {
   return durable_->sync();
 }
 
-void tier_chain::set_tick(uint32_t tick) {
-  tick_ = tick;
-  dram_->set_tick(tick);
-}
+void tier_chain::set_tick(uint32_t tick) { dram_->set_tick(tick); }
 
 status tier_chain::write_tombstones() {
   if (!durable_ || pending_tombstones_.empty()) {

@@ -57,7 +57,7 @@ struct tier_chain_stats {
   uint64_t not_admitted = 0;            // lookups of keys not yet admitted
   uint64_t dropped_pushes = 0;          // pushes to keys not yet admitted
   uint64_t promoted = 0;
-  uint64_t flushed_rows = 0;
+  uint64_t flushed_rows = 0;  // rows the durable tier confirmed (flushed())
   uint64_t tombstones = 0;
 };
 
@@ -122,7 +122,6 @@ class tier_chain {
   std::vector<row_store*> tiers_;
   std::optional<count_min_sketch> sketch_;
   tier_chain_stats stats_;
-  uint32_t tick_ = 0;
   tier_observer* observer_ = nullptr;
 };
 

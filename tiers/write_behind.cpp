@@ -30,13 +30,15 @@ status write_behind_buffer::store(std::span<const uint64_t> keys, const_rows_spa
       if (free_slots_.empty()) {
         it->second = records_.size() / bytes;
         records_.resize(records_.size() + bytes);
+        queued_.push_back(0);
       } else {
         it->second = free_slots_.back();
         free_slots_.pop_back();
       }
     }
     std::memcpy(records_.data() + it->second * bytes, rows[i], bytes);
-    open_.push_back(keys[i]);
+    if (!queued_[it->second]) open_.push_back(keys[i]);  // queued once per batch
+    queued_[it->second] = 1;
   }
   return {};
 }
@@ -45,6 +47,7 @@ void write_behind_buffer::remove(uint64_t key) {
   auto it = rows_.find(key);
   if (it == rows_.end()) return;
   free_slots_.push_back(it->second);
+  queued_[it->second] = 0;
   rows_.erase(it);
 }
 
@@ -55,12 +58,12 @@ status write_behind_buffer::erase(std::span<const uint64_t> keys) {
 
 bool write_behind_buffer::take_batch(row_buffer& out, uint64_t& seq) {
   out = row_buffer(layout_);
-  std::unordered_set<uint64_t> seen;
   std::vector<flushed_row> batch;
   const size_t bytes = layout_.record_bytes();
   for (uint64_t key : open_) {
     auto it = rows_.find(key);
-    if (it == rows_.end() || !seen.insert(key).second) continue;  // erased, or repeated
+    if (it == rows_.end() || !queued_[it->second]) continue;  // erased meanwhile
+    queued_[it->second] = 0;
     const std::byte* rec = records_.data() + it->second * bytes;
     out.append(key, rec);
     batch.push_back({key, meta_of(rec).version});
@@ -72,10 +75,11 @@ bool write_behind_buffer::take_batch(row_buffer& out, uint64_t& seq) {
   return true;
 }
 
-void write_behind_buffer::release(uint64_t seq) {
+size_t write_behind_buffer::release(uint64_t seq) {
   auto it = std::find_if(in_flight_.begin(), in_flight_.end(),
                          [seq](const auto& b) { return b.first == seq; });
-  if (it == in_flight_.end()) return;  // unknown or already released: nothing to do
+  if (it == in_flight_.end()) return 0;  // unknown or already released: nothing to do
+  const size_t confirmed = it->second.size();
   const size_t bytes = layout_.record_bytes();
   for (const flushed_row& row : it->second) {
     auto found = rows_.find(row.key);
@@ -83,22 +87,23 @@ void write_behind_buffer::release(uint64_t seq) {
     // newer copy waits for its own batch.
     if (found != rows_.end() &&
         meta_of(records_.data() + found->second * bytes).version == row.version &&
-        std::find(open_.begin(), open_.end(), row.key) == open_.end()) {
+        !queued_[found->second]) {
       remove(row.key);
     }
   }
   in_flight_.erase(it);
+  return confirmed;
 }
 
 status write_behind_buffer::take_dirty(row_buffer& out) {
-  std::unordered_set<uint64_t> seen;
   std::unordered_set<uint64_t> in_flight_keys;
   for (const auto& [seq, batch] : in_flight_)
     for (const auto& row : batch) in_flight_keys.insert(row.key);
   const size_t bytes = layout_.record_bytes();
   for (uint64_t key : open_) {
     auto it = rows_.find(key);
-    if (it == rows_.end() || !seen.insert(key).second) continue;
+    if (it == rows_.end() || !queued_[it->second]) continue;
+    queued_[it->second] = 0;
     out.append(key, records_.data() + it->second * bytes);
     // A copy in flight stays readable until its batch is released.
     if (!in_flight_keys.contains(key)) remove(key);
@@ -116,7 +121,8 @@ status write_behind_buffer::dump(const row_visitor& visit) {
 size_t write_behind_buffer::memory_bytes() const {
   // Records plus an estimate of the hash map's nodes and buckets.
   return records_.capacity() + rows_.size() * (sizeof(uint64_t) + sizeof(size_t) + 16) +
-         rows_.bucket_count() * sizeof(void*) + open_.capacity() * sizeof(uint64_t);
+         rows_.bucket_count() * sizeof(void*) + open_.capacity() * sizeof(uint64_t) +
+         queued_.capacity();
 }
 
 }  // namespace strata

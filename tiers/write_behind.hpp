@@ -45,8 +45,9 @@ class write_behind_buffer final : public row_store {
   // Closes the open batch: returns false if it is empty; else fills `out`
   // with its rows and `seq` with its sequence number (strictly increasing).
   bool take_batch(row_buffer& out, uint64_t& seq);
-  // The lower tier confirmed batch `seq`.
-  void release(uint64_t seq);
+  // The lower tier confirmed batch `seq`; returns how many rows it held
+  // (0 for an unknown or already released seq).
+  size_t release(uint64_t seq);
   // Batches handed over and not yet released.
   size_t in_flight_batches() const { return in_flight_.size(); }
   size_t queued_rows() const { return open_.size(); }
@@ -61,7 +62,8 @@ class write_behind_buffer final : public row_store {
   std::unordered_map<uint64_t, size_t> rows_;  // key -> slot in records_
   std::vector<std::byte> records_;
   std::vector<size_t> free_slots_;
-  std::vector<uint64_t> open_;  // keys queued since the last take_batch
+  std::vector<uint64_t> open_;   // keys queued since the last take_batch, once each
+  std::vector<uint8_t> queued_;  // per slot: the key is in open_ (O(1) release checks)
   std::deque<std::pair<uint64_t, std::vector<flushed_row>>> in_flight_;
   uint64_t next_seq_ = 1;
   void remove(uint64_t key);

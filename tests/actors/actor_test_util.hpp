@@ -9,6 +9,7 @@
 #include <caf/scheduler/test_coordinator.hpp>
 #include <optional>
 
+#include "actors/config.hpp"
 #include "actors/protocol.hpp"
 
 namespace strata::testing {
@@ -20,6 +21,25 @@ struct test_system_config : caf::actor_system_config {
     actors::add_message_types(*this);
   }
 };
+
+// A shard of `table` for tests: LMDB under root/shard<index> (64
+// partitions), a DRAM tier of about `dram_rows` rows, small flush batches
+// (8 rows, 2 in flight) and ssd_flush on the test scheduler.
+inline actors::shard_config test_shard_config(const std::filesystem::path& root, uint32_t index,
+                                              const table_config& table, size_t dram_rows) {
+  actors::shard_config c;
+  c.index = index;
+  c.table = table;
+  c.dram.capacity_bytes = dram_tier::budget_for_rows(table.layout, c.dram.policy, dram_rows);
+  c.lmdb.directory = root / ("shard" + std::to_string(index));
+  c.lmdb.table = table.name;
+  c.lmdb.partitions = 64;
+  c.lmdb.map_bytes = size_t{1} << 30;
+  c.flush_batch_rows = 8;
+  c.max_flushes_in_flight = 2;
+  c.flush_on_own_thread = false;  // everything on the test scheduler
+  return c;
+}
 
 class actor_harness {
  public:

@@ -38,16 +38,9 @@ struct cluster_fixture {
   cluster_fixture(table_config t, uint32_t shard_count, size_t dram_rows = 1024)
       : table(std::move(t)), map(64, shard_count) {
     for (uint32_t i = 0; i < shard_count; ++i) {
-      shard_config c;
-      c.index = i;
-      c.table = table;
-      c.dram.capacity_bytes = dram_tier::budget_for_rows(table.layout, c.dram.policy, dram_rows);
-      c.lmdb.directory = dir.path() / ("shard" + std::to_string(i));
-      c.lmdb.table = table.name;
-      c.lmdb.partitions = 64;
-      c.lmdb.map_bytes = size_t{1} << 30;
+      shard_config c = strata::testing::test_shard_config(dir.path(), i, table, dram_rows);
       c.flush_batch_rows = 16;
-      c.flush_on_own_thread = false;
+      c.max_flushes_in_flight = 4;
       auto s = spawn_shard(h.system(), c);
       EXPECT_TRUE(s) << s.err().to_string();
       shards.push_back(*s);
@@ -285,11 +278,7 @@ TEST(CacheTier, GracefulStopLosesNoAcknowledgedUpdate) {
   for (auto& s : f.shards) f.h.call<ok_atom>(s, drain_atom::value);
   uint64_t found = 0;
   for (uint32_t i = 0; i < 2; ++i) {
-    lmdb_tier_config lc;
-    lc.directory = f.dir.path() / ("shard" + std::to_string(i));
-    lc.table = f.table.name;
-    lc.partitions = 64;
-    lc.map_bytes = size_t{1} << 30;
+    lmdb_tier_config lc = strata::testing::test_shard_config(f.dir.path(), i, f.table, 16).lmdb;
     lc.shared_handle = true;
     auto lmdb = lmdb_tier::open(f.table.layout, lc);
     ASSERT_TRUE(lmdb) << lmdb.err().to_string();

@@ -15,18 +15,7 @@ using strata::testing::temp_dir;
 
 shard_config make_shard(const temp_dir& dir, uint32_t index, const table_config& table,
                         size_t dram_rows) {
-  shard_config c;
-  c.index = index;
-  c.table = table;
-  c.dram.capacity_bytes = dram_tier::budget_for_rows(table.layout, c.dram.policy, dram_rows);
-  c.lmdb.directory = dir.path() / ("shard" + std::to_string(index));
-  c.lmdb.table = table.name;
-  c.lmdb.partitions = 64;
-  c.lmdb.map_bytes = size_t{1} << 30;
-  c.flush_batch_rows = 8;
-  c.max_flushes_in_flight = 2;
-  c.flush_on_own_thread = false;  // everything on the test scheduler
-  return c;
+  return strata::testing::test_shard_config(dir.path(), index, table, dram_rows);
 }
 
 float weight(const pull_reply& r, const row_layout& layout, size_t i, uint32_t j = 0) {
