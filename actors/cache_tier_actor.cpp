@@ -1,6 +1,8 @@
 #include "actors/cache_tier_actor.hpp"
 
 #include <caf/all.hpp>
+#include <condition_variable>
+#include <mutex>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -12,18 +14,29 @@
 namespace strata::actors {
 namespace {
 
-// The CPU backend completes before returning; the CUDA backend (gpu/) will
-// report completion by message instead. Until then this wrapper checks it.
+// Runs one backend call and waits for its completion: at once for the CPU
+// backend; for the CUDA one (gpu/staged_cache.hpp) the actor's thread
+// blocks for the call's tens of microseconds on the device.
 void run_sync(const char* what, const std::function<void(cache_completion)>& call) {
-  bool done = false;
-  status result;
-  call([&](status s) {
-    result = std::move(s);
-    done = true;
+  struct waiter {
+    std::mutex mutex;
+    std::condition_variable cv;
+    bool done = false;
+    status result;
+  };
+  auto w = std::make_shared<waiter>();
+  call([w](status s) {
+    {
+      std::lock_guard lock(w->mutex);
+      w->result = std::move(s);
+      w->done = true;
+    }
+    w->cv.notify_one();
   });
-  STRATA_ASSERT(done, "cache backend did not complete synchronously");
-  if (!result) {
-    std::string msg = std::string(what) + ": " + result.err().to_string();
+  std::unique_lock lock(w->mutex);
+  w->cv.wait(lock, [&] { return w->done; });
+  if (!w->result) {
+    std::string msg = std::string(what) + ": " + w->result.err().to_string();
     STRATA_ASSERT(false, msg.c_str());
   }
 }
@@ -466,15 +479,19 @@ void write_back_all(cache_pointer self, caf::typed_response_promise<ok_atom> pro
   check_flush_waiters(self);
 }
 
+// The backend is built before the spawn (so that a failure is the spawn's
+// error) and handed over through a shared holder (CAF copies arguments).
+using backend_holder = std::shared_ptr<std::unique_ptr<cache_backend>>;
+
 cache_tier_actor::behavior_type cache_behavior(cache_pointer self, cache_config config,
                                                training_mode mode, std::vector<shard_actor> shards,
-                                               partition_map map) {
+                                               partition_map map, backend_holder backend) {
   auto& st = self->state;
   st.config = std::move(config);
   st.mode = mode;
   st.shards = std::move(shards);
   st.map = std::move(map);
-  st.cache = std::make_unique<cpu_cache>(st.config.table.layout, st.config.geometry);
+  st.cache = std::move(*backend);
   st.record_bytes = st.config.table.layout.record_bytes();
   st.stats.name = "cache " + std::to_string(st.config.index);
   return {
@@ -550,10 +567,24 @@ cache_tier_actor::behavior_type cache_behavior(cache_pointer self, cache_config 
 
 }  // namespace
 
-cache_tier_actor spawn_cache_tier(caf::actor_system& system, const cache_config& config,
-                                  training_mode mode, std::vector<shard_actor> shards,
-                                  partition_map map) {
-  return system.spawn(cache_behavior, config, mode, std::move(shards), std::move(map));
+expected<cache_tier_actor> spawn_cache_tier(caf::actor_system& system, const cache_config& config,
+                                            training_mode mode, std::vector<shard_actor> shards,
+                                            partition_map map) {
+  auto backend = std::make_shared<std::unique_ptr<cache_backend>>();
+  if (config.make_backend) {
+    auto made = config.make_backend(config.table.layout, config.geometry);
+    if (!made)
+      return error(made.err().code(),
+                   "cache tier " + std::to_string(config.index) + ": " + made.err().message());
+    if ((*made)->memory() != memory_kind::host)
+      return error(errc::invalid_argument, "cache tier " + std::to_string(config.index) +
+                                               ": the backend must take host buffers");
+    *backend = std::move(*made);
+  } else {
+    *backend = std::make_unique<cpu_cache>(config.table.layout, config.geometry);
+  }
+  return system.spawn(cache_behavior, config, mode, std::move(shards), std::move(map),
+                      std::move(backend));
 }
 
 }  // namespace strata::actors

@@ -21,8 +21,10 @@
 
 namespace strata::actors {
 
-cache_tier_actor spawn_cache_tier(caf::actor_system& system, const cache_config& config,
-                                  training_mode mode, std::vector<shard_actor> shards,
-                                  partition_map map);
+// The backend comes from config.make_backend (cpu_cache when empty); its
+// failure is the error, naming the cache tier.
+expected<cache_tier_actor> spawn_cache_tier(caf::actor_system& system, const cache_config& config,
+                                            training_mode mode, std::vector<shard_actor> shards,
+                                            partition_map map);
 
 }  // namespace strata::actors

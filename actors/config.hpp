@@ -4,6 +4,8 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -42,10 +44,16 @@ struct shard_config {
   const clock_source* clock = &steady_clock_source::instance();
 };
 
+// Builds a cache tier's backend; the composition root picks the CUDA one
+// (gpu/staged_cache.hpp) for `caches.backend: gpu`.
+using cache_backend_factory = std::function<expected<std::unique_ptr<cache_backend>>(
+    const row_layout& layout, const cache_geometry& geometry)>;
+
 struct cache_config {
   uint32_t index = 0;
   table_config table;
   cache_geometry geometry;
+  cache_backend_factory make_backend;  // empty: cpu_cache
   // Async mode: a copy fetched more than `staleness` batches ago (on the
   // reader's batch clock) is refreshed from its shard.
   uint32_t staleness = 8;

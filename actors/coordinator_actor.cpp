@@ -262,9 +262,11 @@ expected<training_cluster> spawn_training_cluster(caf::actor_system& system,
     cluster.shards.push_back(*spawned);
   }
   cluster.map = partition_map(config.partitions, static_cast<uint32_t>(cluster.shards.size()));
-  for (const auto& cache : config.caches)
-    cluster.caches.push_back(
-        spawn_cache_tier(system, cache, config.mode, cluster.shards, cluster.map));
+  for (const auto& cache : config.caches) {
+    auto spawned = spawn_cache_tier(system, cache, config.mode, cluster.shards, cluster.map);
+    if (!spawned) return stop_on_error(spawned.err());
+    cluster.caches.push_back(*spawned);
+  }
   cluster.dense = spawn_dense(
       system, config.dense,
       seams.initial_dense ? *seams.initial_dense : model::ctr_model(config.model).initial_dense());

@@ -22,6 +22,7 @@
 
 #include "actors/coordinator_actor.hpp"
 #include "actors/local_cluster.hpp"
+#include "deploy/cache_backend_choice.hpp"
 #include "deploy/commands.hpp"
 #include "deploy/manifest.hpp"
 #include "deploy/status_line.hpp"
@@ -197,6 +198,7 @@ int launch(const std::string& path) {
   auto loaded = deploy::load_manifest(path);
   if (!loaded) return fail(loaded.err());
   deploy::manifest& m = *loaded;
+  if (status backend = apply_cache_backend(m); !backend) return fail(backend.err());
   std::printf("manifest %s: ok\n", path.c_str());
 
   std::error_code ec;

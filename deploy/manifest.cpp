@@ -377,6 +377,7 @@ struct raw_manifest {
   uint32_t max_flushes_in_flight = 4;
 
   uint32_t cache_count = 1;
+  cache_backend_choice cache_backend = cache_backend_choice::cpu;
   cache_geometry geometry;
   uint32_t staleness = 8;
 
@@ -457,6 +458,9 @@ void read_shards(section s, raw_manifest& r) {
 
 void read_caches(section s, raw_manifest& r) {
   s.unsigned_int("count", r.cache_count, 1, 1024);
+  s.choice<cache_backend_choice>(
+      "backend", r.cache_backend,
+      {{"cpu", cache_backend_choice::cpu}, {"gpu", cache_backend_choice::gpu}});
   s.unsigned_int("sets", r.geometry.sets, 1, 1u << 26);
   s.unsigned_int("slabs_per_set", r.geometry.slabs_per_set, 1, 64);
   s.unsigned_int("staleness", r.staleness);
@@ -656,6 +660,7 @@ manifest build(const raw_manifest& r, const std::string& file) {
   m.data = r.data;
   m.split = r.split;
   m.ssd_path = r.ssd_path;
+  m.cache_backend = r.cache_backend;
   m.metrics = r.metrics;
   if (m.metrics.node.empty()) m.metrics.node = r.name;
   if (r.generate) {

@@ -48,8 +48,14 @@ struct metrics_settings {
   uint32_t linger_seconds = 0;             // keep serving the final values this long after training
 };
 
+// `caches.backend`: where the cache tiers keep their rows.
+enum class cache_backend_choice { cpu, gpu };
+
 struct manifest {
   std::filesystem::path file;  // the manifest itself (for messages)
+  // gpu: the composition root gives each cache tier a CUDA backend
+  // (deploy/cache_backend_choice.hpp) and refuses to start without a device.
+  cache_backend_choice cache_backend = cache_backend_choice::cpu;
   actors::cluster_config cluster;
   // The whole data file as one stream (format, path, csv columns, bad-line
   // limit); the workers' and the held-out readers are windows of it.

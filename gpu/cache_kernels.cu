@@ -1,8 +1,11 @@
 // Kernels of the CUDA cache; see cache_kernels.cuh and docs/gpu.md. Each
 // comment "CPU:" names the tiers/cpu_cache.cpp step a block mirrors.
+#include <thrust/iterator/counting_iterator.h>
+
 #include <algorithm>
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_scan.cuh>
+#include <cub/device/device_select.cuh>
 
 #include "gpu/cache_kernels.cuh"
 #include "gpu/xxh3.hpp"
@@ -54,7 +57,10 @@ __device__ int find_slot(const slot_table& t, uint32_t set, uint64_t key, unsign
   const size_t base = size_t{set} * t.set_slots;
   for (uint32_t slab = 0; slab < t.slabs_per_set; ++slab) {
     const size_t slot = base + slab * 32u + lane;
-    const bool hit = (t.flags[slot] & slot_valid) && t.keys[slot] == key;
+    // Both loads issue together (no short circuit between them).
+    const uint32_t flags = t.flags[slot];
+    const uint64_t resident_key = t.keys[slot];
+    const bool hit = (flags & slot_valid) != 0 && resident_key == key;
     const unsigned m = __ballot_sync(full_mask, hit);
     if (m) return static_cast<int>(slab * 32u + (__ffs(m) - 1));
   }
@@ -121,14 +127,6 @@ __global__ void gather_order_kernel(const uint64_t* by_set_sets, const uint32_t*
   order_pos[k] = by_key_pos[j];
 }
 
-__global__ void scatter_kernel(const uint32_t* flags, const uint32_t* scan, uint32_t n,
-                               uint32_t* out, uint32_t* count) {
-  const size_t i = global_thread();
-  if (i >= n) return;
-  if (flags[i]) out[scan[i]] = static_cast<uint32_t>(i);
-  if (i == n - 1) *count = scan[i] + (flags[i] ? 1u : 0u);
-}
-
 __global__ void mark_heads_kernel(const uint64_t* order_key, const uint32_t* order_set, uint32_t n,
                                   bool by_key, uint32_t* flags) {
   const size_t k = global_thread();
@@ -140,7 +138,10 @@ __global__ void mark_heads_kernel(const uint64_t* order_key, const uint32_t* ord
 
 // --- query ------------------------------------------------------------------------
 
-// CPU: cpu_cache::query, one warp per batch position.
+// CPU: cpu_cache::query, one warp per batch position. With Wide, records
+// (record_bytes a multiple of 16, 16-byte aligned buffers) move as 16-byte
+// words.
+template <bool Wide>
 __global__ void query_kernel(slot_table t, const uint64_t* keys, uint32_t n, std::byte* rows,
                              uint32_t* missed, uint64_t tick) {
   const size_t i = global_warp();
@@ -158,11 +159,26 @@ __global__ void query_kernel(slot_table t, const uint64_t* keys, uint32_t n, std
     t.ticks[slot] = tick;  // duplicates write the same tick
     missed[i] = 0;
   }
-  copy_words(reinterpret_cast<uint32_t*>(rows + i * t.record_bytes), arena_words(t, slot),
-             t.record_words, lane);
+  if constexpr (Wide) {
+    // Loads of up to four 16-byte words per lane in flight before the
+    // stores (the buffers may alias as far as the compiler knows).
+    auto* dst = reinterpret_cast<uint4*>(rows + i * t.record_bytes);
+    const auto* src = reinterpret_cast<const uint4*>(t.arena + slot * t.arena_stride);
+    const uint32_t words = t.record_words / 4;
+    for (uint32_t w0 = lane; w0 < words; w0 += 4 * 32) {
+      uint4 v[4];
+#pragma unroll
+      for (uint32_t u = 0; u < 4; ++u)
+        if (w0 + u * 32 < words) v[u] = __ldg(src + w0 + u * 32);
+#pragma unroll
+      for (uint32_t u = 0; u < 4; ++u)
+        if (w0 + u * 32 < words) dst[w0 + u * 32] = v[u];
+    }
+  } else {
+    copy_words(reinterpret_cast<uint32_t*>(rows + i * t.record_bytes), arena_words(t, slot),
+               t.record_words, lane);
+  }
 }
-
-__global__ void hits_kernel(device_state* st, uint32_t n) { st->hits = n - st->misses; }
 
 // --- insert -----------------------------------------------------------------------
 
@@ -183,6 +199,7 @@ __global__ void insert_kernel(slot_table t, const uint64_t* order_key, const uin
   const size_t base = size_t{set} * t.set_slots;
   long long resident_delta = 0;
   uint32_t skipped = 0;
+  uint32_t replaced = 0;
   while (k < n && order_set[k] == set) {
     const uint64_t key = order_key[k];
     uint32_t last = k + 1;
@@ -210,6 +227,7 @@ __global__ void insert_kernel(slot_table t, const uint64_t* order_key, const uin
       if (best_version > resident_version) {
         copy_words(resident, best, t.record_words, lane);
         if (lane == 0) t.flags[slot] = new_flags;
+        ++replaced;
       } else {
         if (best_version == resident_version && best[tick_word] > resident_tick && lane == 0) {
           resident[tick_word] = best[tick_word];
@@ -246,6 +264,7 @@ __global__ void insert_kernel(slot_table t, const uint64_t* order_key, const uin
   }
   if (lane == 0) {
     if (skipped) atomicAdd(&st->skipped, skipped);
+    if (replaced) atomicAdd(&st->replaced, replaced);
     if (resident_delta) atomicAdd(&st->resident, static_cast<unsigned long long>(resident_delta));
   }
 }
@@ -356,7 +375,12 @@ cudaError_t cub_temp_bytes(size_t n, size_t& bytes) {
   e = cub::DeviceScan::ExclusiveSum(nullptr, scan_bytes, (const uint32_t*)nullptr,
                                     (uint32_t*)nullptr, items);
   if (e != cudaSuccess) return e;
-  bytes = std::max(sort_bytes, scan_bytes);
+  size_t select_bytes = 0;
+  e = cub::DeviceSelect::Flagged(nullptr, select_bytes, thrust::counting_iterator<uint32_t>(0),
+                                 (const uint32_t*)nullptr, (uint32_t*)nullptr, (uint32_t*)nullptr,
+                                 items);
+  if (e != cudaSuccess) return e;
+  bytes = std::max({sort_bytes, scan_bytes, select_bytes});
   return cudaSuccess;
 }
 
@@ -386,25 +410,24 @@ cudaError_t sort_batch(const uint64_t* keys, uint32_t n, uint32_t sets, batch_sc
   return cudaGetLastError();
 }
 
-cudaError_t compact(const uint32_t* flags, uint32_t n, uint32_t* scan, uint32_t* out,
-                    uint32_t* count, void* temp, size_t temp_bytes, cudaStream_t stream) {
+cudaError_t compact(const uint32_t* flags, uint32_t n, uint32_t* out, uint32_t* count, void* temp,
+                    size_t temp_bytes, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  cudaError_t e =
-      cub::DeviceScan::ExclusiveSum(temp, temp_bytes, flags, scan, static_cast<int>(n), stream);
-  if (e != cudaSuccess) return e;
-  scatter_kernel<<<blocks_for_threads(n), block_threads, 0, stream>>>(flags, scan, n, out, count);
-  return cudaGetLastError();
+  return cub::DeviceSelect::Flagged(temp, temp_bytes, thrust::counting_iterator<uint32_t>(0), flags,
+                                    out, count, static_cast<int>(n), stream);
 }
 
 cudaError_t launch_query(const slot_table& t, const uint64_t* keys, uint32_t n, std::byte* rows,
                          uint32_t* missed, uint64_t tick, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  query_kernel<<<blocks_for_warps(n), block_threads, 0, stream>>>(t, keys, n, rows, missed, tick);
-  return cudaGetLastError();
-}
-
-cudaError_t launch_hits_from_misses(device_state* st, uint32_t n, cudaStream_t stream) {
-  hits_kernel<<<1, 1, 0, stream>>>(st, n);
+  const bool wide = t.record_bytes % 16 == 0 && t.arena_stride % 16 == 0 &&
+                    reinterpret_cast<uintptr_t>(rows) % 16 == 0;
+  if (wide)
+    query_kernel<true>
+        <<<blocks_for_warps(n), block_threads, 0, stream>>>(t, keys, n, rows, missed, tick);
+  else
+    query_kernel<false>
+        <<<blocks_for_warps(n), block_threads, 0, stream>>>(t, keys, n, rows, missed, tick);
   return cudaGetLastError();
 }
 

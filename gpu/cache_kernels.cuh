@@ -38,10 +38,10 @@ struct device_state {
   uint32_t evicted;
   uint32_t skipped;
   uint32_t segments;  // heads found by the last compaction (scratch)
-  uint32_t pad;
+  uint32_t replaced;
   unsigned long long resident;  // persists across calls
 };
-inline constexpr size_t per_call_state_bytes = 5 * sizeof(uint32_t);
+inline constexpr size_t per_call_state_bytes = 6 * sizeof(uint32_t);
 
 // Scratch for one batch of up to `capacity` keys.
 struct batch_scratch {
@@ -67,15 +67,13 @@ cudaError_t cub_temp_bytes(size_t n, size_t& bytes);
 cudaError_t sort_batch(const uint64_t* keys, uint32_t n, uint32_t sets, batch_scratch& s,
                        cudaStream_t stream);
 
-// out[0, *count) = the indices i < n with flags[i] != 0, ascending.
-cudaError_t compact(const uint32_t* flags, uint32_t n, uint32_t* scan, uint32_t* out,
-                    uint32_t* count, void* temp, size_t temp_bytes, cudaStream_t stream);
+// out[0, *count) = the indices i < n with flags[i] != 0, ascending (one
+// CUB select pass).
+cudaError_t compact(const uint32_t* flags, uint32_t n, uint32_t* out, uint32_t* count, void* temp,
+                    size_t temp_bytes, cudaStream_t stream);
 
 cudaError_t launch_query(const slot_table& t, const uint64_t* keys, uint32_t n, std::byte* rows,
                          uint32_t* missed, uint64_t tick, cudaStream_t stream);
-
-// hits = n - misses.
-cudaError_t launch_hits_from_misses(device_state* st, uint32_t n, cudaStream_t stream);
 
 // Marks the first position of each set run (insert) or key run (update).
 cudaError_t launch_mark_heads(const batch_scratch& s, uint32_t n, bool by_key, cudaStream_t stream);

@@ -5,7 +5,8 @@
 # gpu/bundle.sh (stripped binaries and their shared libraries in
 # build-gpu/carry), carry that folder, then run:
 #   gpu/check.sh [CARRY_DIR] [REPORT]
-# Budget: well under 5 minutes on one H200 (tests ~1 min, bench ~1 min).
+# Budget: well under 5 minutes on one H200 (tests ~1 min, bench ~1 min,
+# two short training runs ~1 min).
 set -u
 build=${1:-build-gpu/carry}
 report=${2:-${OUT:-.}/gpu-report.txt}
@@ -25,4 +26,22 @@ exec > >(tee "$report") 2>&1
   done
   echo "## strata bench gpu"
   if ! timeout 150 "$build/strata" bench gpu 2>&1; then fail=1; echo "bench FAILED"; fi
+  # End to end: the demo cluster (deploy/examples/local.yaml, 200k rows)
+  # trained with the CPU cache backend and then with the CUDA one on the
+  # same data; both reports (held-out AUC, examples/s) go in the report.
+  work=$(mktemp -d)
+  for backend in cpu gpu; do
+    echo "## strata launch, caches.backend: $backend"
+    sed -e "s|^  count: 2 *# cache tiers.*|  count: 2\n  backend: $backend|" \
+        -e "s|ssd_path: data/demo-state|ssd_path: $work/state-$backend|" \
+        -e "s|path: data/demo.tsv|path: $work/demo.tsv|" \
+        -e "s|rows: 400000|rows: 200000|" -e "s|port: 9464|port: 0|" \
+        deploy/examples/local.yaml > "$work/$backend.yaml"
+    if timeout 150 "$build/strata" launch "$work/$backend.yaml" > "$work/$backend.log" 2>&1; then
+      grep -E "^examples/s|AUC|  cache [0-9]" "$work/$backend.log"
+    else
+      fail=1; echo "launch FAILED"; tail -20 "$work/$backend.log"
+    fi
+  done
+  rm -rf "$work"
 exit $fail

@@ -1,8 +1,12 @@
 // cuda_cache: argument checks and call sequencing on the host; the kernels
 // are in cache_kernels.cu. Each call mirrors the same-named cpu_cache call.
 #include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include "gpu/cache_kernels.cuh"
 #include "gpu/cuda_cache.hpp"
@@ -21,7 +25,9 @@ error bad_argument(std::string what) {
   return error(errc::invalid_argument, "cuda_cache: " + std::move(what));
 }
 
-size_t arena_stride_of(const row_layout& layout) { return (layout.record_bytes() + 7) / 8 * 8; }
+// Records in the arena start at 16-byte boundaries, so the query gathers
+// them with 16-byte loads when the record size allows.
+size_t arena_stride_of(const row_layout& layout) { return (layout.record_bytes() + 15) / 16 * 16; }
 
 template <class T>
 cudaError_t device_alloc(T*& p, size_t count) {
@@ -51,8 +57,31 @@ struct cuda_cache::impl {
   cudaStream_t stream = nullptr;
   bool own_stream = false;
   slot_table table;
-  device_state* state = nullptr;   // device
-  device_state* pinned = nullptr;  // host, page-locked
+  int device = 0;
+  device_state* state = nullptr;  // device
+  // Completion: each call copies `state` into its own slot of a pinned
+  // ring and records that slot's event; the completion thread waits on the
+  // events in call order, reads the slot and runs `done`. The stream never
+  // waits for the host (a stream callback would stall it for a round trip
+  // per call), and at most ring_size calls are in flight.
+  static constexpr uint32_t ring_size = 64;
+  device_state* pinned = nullptr;  // host, page-locked, ring_size entries
+  cudaEvent_t events[ring_size] = {};
+  struct pending_call {
+    uint32_t slot = 0;
+    uint32_t n = 0;
+    bool hits_from_misses = false;  // query, update: hits = n - misses
+    cache_counts* counts = nullptr;
+    cache_completion done;
+  };
+  std::mutex mutex;
+  std::condition_variable work_cv;  // queue not empty, or stopping
+  std::condition_variable room_cv;  // a call completed
+  std::deque<pending_call> queue;
+  uint64_t issued = 0;     // owner thread only
+  uint64_t completed = 0;  // under mutex
+  bool stopping = false;
+  std::thread completer;
   uint32_t* dump_sel = nullptr;
   uint32_t* dump_scan = nullptr;
   void* dump_temp = nullptr;
@@ -64,6 +93,16 @@ struct cuda_cache::impl {
 
   ~impl() {
     if (stream) (void)cudaStreamSynchronize(stream);
+    if (completer.joinable()) {
+      {
+        std::lock_guard lock(mutex);
+        stopping = true;
+      }
+      work_cv.notify_all();
+      completer.join();  // after the queued completions ran
+    }
+    for (cudaEvent_t e : events)
+      if (e) (void)cudaEventDestroy(e);
     free_scratch();
     (void)cudaFree(table.keys);
     (void)cudaFree(table.ticks);
@@ -122,14 +161,16 @@ struct cuda_cache::impl {
   }
 
   // Starts a call: reports a pending error, resets the per-call counters.
-  status begin(size_t n) {
+  // A query writes only `misses` (the rest of its counts come from the
+  // host), so it skips the reset.
+  status begin(size_t n, bool reset = true) {
     if (pending) {
       error e = std::move(*pending);
       pending.reset();
       return e;
     }
     if (auto st = reserve(n); !st) return st;
-    STRATA_CUDA_TRY(cudaMemsetAsync(state, 0, per_call_state_bytes, stream));
+    if (reset) STRATA_CUDA_TRY(cudaMemsetAsync(state, 0, per_call_state_bytes, stream));
     return {};
   }
 
@@ -139,57 +180,83 @@ struct cuda_cache::impl {
   status segment_batch(const uint64_t* keys, uint32_t count, bool by_key) {
     STRATA_CUDA_TRY(sort_batch(keys, count, geometry.sets, scratch, stream));
     STRATA_CUDA_TRY(launch_mark_heads(scratch, count, by_key, stream));
-    STRATA_CUDA_TRY(compact(scratch.flags, count, scratch.scan, scratch.heads, &state->segments,
-                            scratch.temp, scratch.temp_bytes, stream));
+    STRATA_CUDA_TRY(compact(scratch.flags, count, scratch.heads, &state->segments, scratch.temp,
+                            scratch.temp_bytes, stream));
     return {};
   }
 
-  struct completion {
-    impl* m;
-    cache_counts* counts;
-    cache_completion done;
-  };
-
-  // Runs on a CUDA driver thread once the call's work is done. Stream
-  // callbacks (unlike cudaLaunchHostFunc) also run after a device fault,
-  // with its error, so `done` always runs.
-  static void CUDART_CB on_complete(cudaStream_t, cudaError_t code, void* p) {
-    std::unique_ptr<completion> c(static_cast<completion*>(p));
-    // (Assigning to a status draws nvcc's bogus "ignoring nodiscard"
-    // warning #2810, so statuses here are initialized, never assigned.)
-    status st = code == cudaSuccess
-                    ? status()
-                    : status(cuda_failure(code, "cuda_cache call (reported by its stream callback)",
-                                          __FILE__, __LINE__));
-    if (code == cudaSuccess) {
-      const device_state& s = *c->m->pinned;
-      c->counts->hits = s.hits;
-      c->counts->misses = s.misses;
-      c->counts->evicted = s.evicted;
-      c->counts->skipped = s.skipped;
-      c->m->resident.store(static_cast<size_t>(s.resident), std::memory_order_release);
+  // The completion thread: runs `done` of each call in call order once
+  // its event completed. A device fault makes the event wait fail, so
+  // `done` always runs, with the error.
+  void complete_calls() {
+    (void)cudaSetDevice(device);
+    for (;;) {
+      pending_call c;
+      {
+        std::unique_lock lock(mutex);
+        work_cv.wait(lock, [this] { return stopping || !queue.empty(); });
+        if (queue.empty()) return;
+        c = std::move(queue.front());
+        queue.pop_front();
+      }
+      const cudaError_t code = cudaEventSynchronize(events[c.slot]);
+      // (Assigning to a status draws nvcc's bogus "ignoring nodiscard"
+      // warning #2810, so statuses here are initialized, never assigned.)
+      status st =
+          code == cudaSuccess
+              ? status()
+              : status(cuda_failure(code, "cuda_cache call (its event)", __FILE__, __LINE__));
+      if (code == cudaSuccess) {
+        const device_state& s = pinned[c.slot];
+        c.counts->misses = s.misses;
+        if (c.hits_from_misses) {
+          c.counts->hits = c.n - s.misses;
+        } else {
+          c.counts->hits = s.hits;
+          c.counts->evicted = s.evicted;
+          c.counts->skipped = s.skipped;
+          c.counts->replaced = s.replaced;
+        }
+        resident.store(static_cast<size_t>(s.resident), std::memory_order_release);
+      }
+      if (c.done) c.done(std::move(st));
+      {
+        std::lock_guard lock(mutex);
+        ++completed;
+      }
+      room_cv.notify_all();
     }
-    if (c->done) c->done(std::move(st));
   }
 
   // Ends a call: copies the counters back and completes through `done`.
-  void finish(status enqueued, cache_counts& counts, cache_completion& done) {
+  void finish(status enqueued, cache_counts& counts, cache_completion& done, uint32_t n = 0,
+              bool hits_from_misses = false) {
     if (!enqueued) {
       if (done) done(std::move(enqueued));
       return;
     }
-    status copied = STRATA_CUDA(
-        cudaMemcpyAsync(pinned, state, sizeof(device_state), cudaMemcpyDeviceToHost, stream));
+    {
+      std::unique_lock lock(mutex);
+      room_cv.wait(lock, [this] { return issued - completed < ring_size; });
+    }
+    const uint32_t slot = static_cast<uint32_t>(issued % ring_size);
+    status copied = STRATA_CUDA(cudaMemcpyAsync(pinned + slot, state, sizeof(device_state),
+                                                cudaMemcpyDeviceToHost, stream));
     if (!copied) {
       if (done) done(std::move(copied));
       return;
     }
-    auto* c = new completion{this, &counts, std::move(done)};
-    status added = STRATA_CUDA(cudaStreamAddCallback(stream, &on_complete, c, 0));
-    if (added) return;
-    cache_completion back = std::move(c->done);
-    delete c;
-    if (back) back(std::move(added));
+    status recorded = STRATA_CUDA(cudaEventRecord(events[slot], stream));
+    if (!recorded) {
+      if (done) done(std::move(recorded));
+      return;
+    }
+    ++issued;
+    {
+      std::lock_guard lock(mutex);
+      queue.push_back(pending_call{slot, n, hits_from_misses, &counts, std::move(done)});
+    }
+    work_cv.notify_one();
   }
 };
 
@@ -231,12 +298,17 @@ expected<std::unique_ptr<cuda_cache>> cuda_cache::create(row_layout layout, cach
   STRATA_CUDA_TRY(device_alloc(m->dump_scan, m->slots));
   STRATA_CUDA_TRY(cub_temp_bytes(m->slots, m->dump_temp_bytes));
   STRATA_CUDA_TRY(cudaMalloc(&m->dump_temp, std::max<size_t>(m->dump_temp_bytes, 1)));
-  STRATA_CUDA_TRY(cudaHostAlloc(reinterpret_cast<void**>(&m->pinned), sizeof(device_state),
-                                cudaHostAllocDefault));
+  STRATA_CUDA_TRY(cudaGetDevice(&m->device));
+  STRATA_CUDA_TRY(cudaHostAlloc(reinterpret_cast<void**>(&m->pinned),
+                                sizeof(device_state) * impl::ring_size, cudaHostAllocDefault));
+  for (cudaEvent_t& e : m->events)
+    STRATA_CUDA_TRY(cudaEventCreateWithFlags(&e, cudaEventDisableTiming | cudaEventBlockingSync));
   STRATA_CUDA_TRY(cudaMemsetAsync(t.flags, 0, sizeof(uint32_t) * m->slots, m->stream));
   STRATA_CUDA_TRY(cudaMemsetAsync(t.ticks, 0, sizeof(uint64_t) * m->slots, m->stream));
   STRATA_CUDA_TRY(cudaMemsetAsync(m->state, 0, sizeof(device_state), m->stream));
   STRATA_CUDA_TRY(cudaStreamSynchronize(m->stream));
+  impl* raw = m.get();
+  m->completer = std::thread([raw] { raw->complete_calls(); });
   return std::unique_ptr<cuda_cache>(new cuda_cache(std::move(m)));
 }
 
@@ -265,19 +337,18 @@ void cuda_cache::query(memory_span<const uint64_t> keys, memory_span<std::byte> 
   if (miss_indices.size() < n)
     return reject(bad_argument("query: miss_indices capacity below keys.size()"));
 
-  if (status st = m.begin(n); !st) return reject(st.err());
+  if (status st = m.begin(n, /*reset=*/n == 0); !st) return reject(st.err());
   ++m.tick;
   const uint32_t count = static_cast<uint32_t>(n);
   batch_scratch& s = m.scratch;
   status st = [&]() -> status {
     STRATA_CUDA_TRY(
         launch_query(m.table, keys.data(), count, rows.data(), s.flags, m.tick, m.stream));
-    STRATA_CUDA_TRY(compact(s.flags, count, s.scan, miss_indices.data(), &m.state->misses, s.temp,
+    STRATA_CUDA_TRY(compact(s.flags, count, miss_indices.data(), &m.state->misses, s.temp,
                             s.temp_bytes, m.stream));
-    STRATA_CUDA_TRY(launch_hits_from_misses(m.state, count, m.stream));
     return {};
   }();
-  m.finish(std::move(st), counts, done);
+  m.finish(std::move(st), counts, done, count, /*hits_from_misses=*/true);
 }
 
 void cuda_cache::insert(memory_span<const uint64_t> keys, memory_span<const std::byte> rows,
@@ -363,12 +434,11 @@ void cuda_cache::update(memory_span<const uint64_t> keys, memory_span<const floa
     STRATA_CUDA_TRY(cudaMemsetAsync(s.flags, 0, sizeof(uint32_t) * count, m.stream));
     STRATA_CUDA_TRY(
         launch_update(m.table, s, count, m.state, grads.data(), p, m.tick, s.flags, m.stream));
-    STRATA_CUDA_TRY(compact(s.flags, count, s.scan, miss_indices.data(), &m.state->misses, s.temp,
+    STRATA_CUDA_TRY(compact(s.flags, count, miss_indices.data(), &m.state->misses, s.temp,
                             s.temp_bytes, m.stream));
-    STRATA_CUDA_TRY(launch_hits_from_misses(m.state, count, m.stream));
     return {};
   }();
-  m.finish(std::move(st), counts, done);
+  m.finish(std::move(st), counts, done, count, /*hits_from_misses=*/true);
 }
 
 void cuda_cache::dump(memory_span<uint64_t> keys_out, memory_span<std::byte> rows_out,

@@ -1,9 +1,9 @@
 // CUDA backend of the HBM cache interface (tiers/cache_backend.hpp): the
 // same geometry, hash, LRU and batch rules as cpu_cache, with the slots and
 // records in device memory and every operation enqueued on one explicit
-// CUDA stream. Device memory only (memory() == device); `done` runs from a
-// stream callback (cudaLaunchHostFunc) on a CUDA driver thread, so it must
-// not call CUDA itself and must be quick.
+// CUDA stream. Device memory only (memory() == device); `done` runs on the
+// cache's completion thread, in call order, once the call's event
+// completed, so it must be quick (it holds up later completions).
 //
 // Batches are sorted on the device (CUB radix sort, stable) into the CPU's
 // processing order (set, key, position); a warp per set then inserts that

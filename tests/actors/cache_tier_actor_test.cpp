@@ -53,7 +53,7 @@ struct cluster_fixture {
     c.table = table;
     c.geometry.sets = sets;
     c.staleness = staleness;
-    return spawn_cache_tier(h.system(), c, mode, shards, map);
+    return *spawn_cache_tier(h.system(), c, mode, shards, map);
   }
   row_batch lookup(cache_tier_actor c, std::vector<uint64_t> keys) {
     return h.call<lookup_reply>(c, lookup_atom::value, std::move(keys)).rows;
@@ -233,7 +233,7 @@ TEST(CacheTier, LatePrefetchDoesNotOverwriteANewerRow) {
   cache_config c;
   c.table = table;
   c.geometry.sets = 4;
-  auto cache = spawn_cache_tier(h.system(), c, training_mode::pass, {shard}, partition_map(8, 1));
+  auto cache = *spawn_cache_tier(h.system(), c, training_mode::pass, {shard}, partition_map(8, 1));
   auto release = [&](uint32_t i) {
     h.system().spawn(
         [shard, i](caf::event_based_actor* self) { self->send(shard, tick_atom::value, i); });

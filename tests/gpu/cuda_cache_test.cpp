@@ -13,6 +13,7 @@
 #include <stdexcept>
 
 #include "gpu/device_memory.hpp"
+#include "gpu/staged_cache.hpp"
 #include "tests/tiers/cache_conformance.hpp"
 #include "tiers/cpu_cache.hpp"
 
@@ -37,9 +38,22 @@ struct cpu_factory {
   using memory = host_memory;
 };
 
+// The CUDA cache behind host buffers (what the cache-tier actor uses with
+// `caches.backend: gpu`), through the same suite with host memory.
+struct staged_cache_factory {
+  static std::string unavailable() { return gpu::unavailable_reason(); }
+  static std::unique_ptr<cache_backend> make(row_layout layout, cache_geometry geometry) {
+    auto c = gpu::staged_cache::create(layout, geometry, 64);  // grows on demand
+    if (!c) throw std::runtime_error(c.err().to_string());
+    return std::move(*c);
+  }
+  using memory = host_memory;
+};
+
 }  // namespace
 
 INSTANTIATE_TYPED_TEST_SUITE_P(cuda, cache_conformance, cuda_cache_factory);
+INSTANTIATE_TYPED_TEST_SUITE_P(staged, cache_conformance, staged_cache_factory);
 
 namespace {
 
@@ -108,6 +122,7 @@ TEST_P(cpu_vs_gpu, RandomSequenceGivesTheSameKeysAndRows) {
         auto b = gpu.insert(keys, rows, dirty);
         ASSERT_TRUE(a.st && b.st) << at << (b.st ? "" : b.st.err().to_string());
         ASSERT_EQ(a.counts.skipped, b.counts.skipped) << at;
+        ASSERT_EQ(a.counts.replaced, b.counts.replaced) << at;
         ASSERT_EQ(a.counts.evicted, b.counts.evicted) << at;
         ASSERT_EQ(a.evicted_keys, b.evicted_keys) << at;
         for (size_t e = 0; e < a.counts.evicted; ++e)

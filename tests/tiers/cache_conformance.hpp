@@ -140,6 +140,7 @@ TYPED_TEST_P(cache_conformance, InsertKeepsHigherVersionBothWays) {
   auto older = h.insert(k, v3, true);  // lower version: skipped
   ASSERT_TRUE(older.st);
   EXPECT_EQ(older.counts.skipped, 1u);
+  EXPECT_EQ(older.counts.replaced, 0u);
   auto q = h.query(k);
   EXPECT_EQ(std::memcmp(q.rows.data(), v5.data(), v5.size()), 0);
   EXPECT_EQ(h.dump(false, false).counts.hits, 0u) << "a skipped insert must not mark dirty";
@@ -147,11 +148,13 @@ TYPED_TEST_P(cache_conformance, InsertKeepsHigherVersionBothWays) {
   auto newer = h.insert(k, v7, false);  // higher version: replaces
   ASSERT_TRUE(newer.st);
   EXPECT_EQ(newer.counts.skipped, 0u);
+  EXPECT_EQ(newer.counts.replaced, 1u) << "a resident row overwritten by a higher version";
   q = h.query(k);
   EXPECT_EQ(std::memcmp(q.rows.data(), v7.data(), v7.size()), 0);
 
   auto equal = h.insert(k, v7b, false);  // equal version: resident kept
   EXPECT_EQ(equal.counts.skipped, 1u);
+  EXPECT_EQ(equal.counts.replaced, 0u);
   q = h.query(k);
   EXPECT_EQ(std::memcmp(q.rows.data(), v7.data(), v7.size()), 0);
   EXPECT_EQ(h.cache().size(), 1u);

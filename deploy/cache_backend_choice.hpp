@@ -1,0 +1,17 @@
+// `caches.backend: gpu`: the composition root's choice of cache backend.
+// With gpu, each cache tier gets a gpu::staged_cache (rows in HBM, the
+// actor's host buffers staged through pinned memory); a binary built
+// without CUDA, or a machine without a usable device, is refused before
+// anything starts, with the reason. With cpu, nothing changes (cpu_cache).
+#pragma once
+
+#include "common/error.hpp"
+#include "deploy/manifest.hpp"
+
+namespace strata::cli {
+
+// Sets the cache tiers' backend factory for m.cache_backend; errors name
+// the manifest field.
+status apply_cache_backend(deploy::manifest& m);
+
+}  // namespace strata::cli
