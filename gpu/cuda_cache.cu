@@ -65,12 +65,14 @@ struct cuda_cache::impl {
   // waits for the host (a stream callback would stall it for a round trip
   // per call), and at most ring_size calls are in flight.
   static constexpr uint32_t ring_size = 64;
-  device_state* pinned = nullptr;  // host, page-locked, ring_size entries
+  device_state* pinned = nullptr;      // host, page-locked, mapped, ring_size entries
+  device_state* pinned_dev = nullptr;  // the same memory, as the device addresses it
   cudaEvent_t events[ring_size] = {};
   struct pending_call {
     uint32_t slot = 0;
     uint32_t n = 0;
     bool hits_from_misses = false;  // query, update: hits = n - misses
+    bool written = false;           // only `misses` of the slot is current
     cache_counts* counts = nullptr;
     cache_completion done;
   };
@@ -217,7 +219,7 @@ struct cuda_cache::impl {
           c.counts->skipped = s.skipped;
           c.counts->replaced = s.replaced;
         }
-        resident.store(static_cast<size_t>(s.resident), std::memory_order_release);
+        if (!c.written) resident.store(static_cast<size_t>(s.resident), std::memory_order_release);
       }
       if (c.done) c.done(std::move(st));
       {
@@ -229,19 +231,30 @@ struct cuda_cache::impl {
   }
 
   // Ends a call: copies the counters back and completes through `done`.
+  // The ring slot of the next call, once one is free.
+  uint32_t next_slot() {
+    std::unique_lock lock(mutex);
+    room_cv.wait(lock, [this] { return issued - completed < ring_size; });
+    return static_cast<uint32_t>(issued % ring_size);
+  }
+
+  // A query's miss count, written by the device straight into its ring
+  // slot (mapped pinned memory): no copy to enqueue.
+  uint32_t* mapped_misses(uint32_t slot) { return &pinned_dev[slot].misses; }
+
+  // Ends a call: copies the counters back (unless the device already wrote
+  // them into the slot: `written`) and completes through `done`.
   void finish(status enqueued, cache_counts& counts, cache_completion& done, uint32_t n = 0,
-              bool hits_from_misses = false) {
+              bool hits_from_misses = false, bool written = false) {
     if (!enqueued) {
       if (done) done(std::move(enqueued));
       return;
     }
-    {
-      std::unique_lock lock(mutex);
-      room_cv.wait(lock, [this] { return issued - completed < ring_size; });
-    }
-    const uint32_t slot = static_cast<uint32_t>(issued % ring_size);
-    status copied = STRATA_CUDA(cudaMemcpyAsync(pinned + slot, state, sizeof(device_state),
-                                                cudaMemcpyDeviceToHost, stream));
+    const uint32_t slot = next_slot();
+    status copied = written
+                        ? status()
+                        : STRATA_CUDA(cudaMemcpyAsync(pinned + slot, state, sizeof(device_state),
+                                                      cudaMemcpyDeviceToHost, stream));
     if (!copied) {
       if (done) done(std::move(copied));
       return;
@@ -254,7 +267,7 @@ struct cuda_cache::impl {
     ++issued;
     {
       std::lock_guard lock(mutex);
-      queue.push_back(pending_call{slot, n, hits_from_misses, &counts, std::move(done)});
+      queue.push_back(pending_call{slot, n, hits_from_misses, written, &counts, std::move(done)});
     }
     work_cv.notify_one();
   }
@@ -300,7 +313,8 @@ expected<std::unique_ptr<cuda_cache>> cuda_cache::create(row_layout layout, cach
   STRATA_CUDA_TRY(cudaMalloc(&m->dump_temp, std::max<size_t>(m->dump_temp_bytes, 1)));
   STRATA_CUDA_TRY(cudaGetDevice(&m->device));
   STRATA_CUDA_TRY(cudaHostAlloc(reinterpret_cast<void**>(&m->pinned),
-                                sizeof(device_state) * impl::ring_size, cudaHostAllocDefault));
+                                sizeof(device_state) * impl::ring_size, cudaHostAllocMapped));
+  STRATA_CUDA_TRY(cudaHostGetDevicePointer(reinterpret_cast<void**>(&m->pinned_dev), m->pinned, 0));
   for (cudaEvent_t& e : m->events)
     STRATA_CUDA_TRY(cudaEventCreateWithFlags(&e, cudaEventDisableTiming | cudaEventBlockingSync));
   STRATA_CUDA_TRY(cudaMemsetAsync(t.flags, 0, sizeof(uint32_t) * m->slots, m->stream));
@@ -341,14 +355,17 @@ void cuda_cache::query(memory_span<const uint64_t> keys, memory_span<std::byte> 
   ++m.tick;
   const uint32_t count = static_cast<uint32_t>(n);
   batch_scratch& s = m.scratch;
+  // Non-empty: the miss count goes straight to the call's ring slot.
+  const bool direct = count > 0;
   status st = [&]() -> status {
     STRATA_CUDA_TRY(
         launch_query(m.table, keys.data(), count, rows.data(), s.flags, m.tick, m.stream));
-    STRATA_CUDA_TRY(compact(s.flags, count, miss_indices.data(), &m.state->misses, s.temp,
-                            s.temp_bytes, m.stream));
+    if (direct)
+      STRATA_CUDA_TRY(compact(s.flags, count, miss_indices.data(), m.mapped_misses(m.next_slot()),
+                              s.temp, s.temp_bytes, m.stream));
     return {};
   }();
-  m.finish(std::move(st), counts, done, count, /*hits_from_misses=*/true);
+  m.finish(std::move(st), counts, done, count, /*hits_from_misses=*/true, /*written=*/direct);
 }
 
 void cuda_cache::insert(memory_span<const uint64_t> keys, memory_span<const std::byte> rows,
