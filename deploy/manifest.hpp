@@ -48,6 +48,12 @@ struct metrics_settings {
   uint32_t linger_seconds = 0;             // keep serving the final values this long after training
 };
 
+// What the launcher does when a node process dies (checkpoint.on_failure).
+enum class failure_policy : uint8_t {
+  stop,     // exit non-zero naming the node (default)
+  restart,  // restart the cluster from the latest complete checkpoint
+};
+
 struct manifest {
   std::filesystem::path file;  // the manifest itself (for messages)
   actors::cluster_config cluster;
@@ -59,6 +65,8 @@ struct manifest {
   std::optional<model::datagen_config> generate;
   std::filesystem::path ssd_path;  // shards' LMDB environments: ssd_path / "shard-<i>"
   metrics_settings metrics;        // node filled in (the cluster's name by default)
+  failure_policy on_failure = failure_policy::stop;
+  uint32_t max_restarts = 3;  // restarts before the launcher gives up (restart policy)
   // True once the training/held-out windows are in `cluster` (after
   // resolve_data_split, or at parse time for explicit counts).
   bool split_resolved = false;
