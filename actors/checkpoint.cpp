@@ -67,7 +67,8 @@ bool is_complete(const fs::path& dir) {
 
 expected<void> fsync_file(const fs::path& p, bool directory) {
   const int fd = ::open(p.c_str(), directory ? O_RDONLY | O_DIRECTORY : O_RDONLY);
-  if (fd < 0) return error(errc::io_error, p.string() + ": cannot open to sync: " + std::strerror(errno));
+  if (fd < 0)
+    return error(errc::io_error, p.string() + ": cannot open to sync: " + std::strerror(errno));
   const int rc = ::fsync(fd);
   const int e = errno;
   ::close(fd);
@@ -94,8 +95,8 @@ expected<shard_state_file> read_shard_state(const fs::path& shard_dir) {
   shard_state_file out;
   uint64_t words = 0;
   if (bytes->size() < sizeof out.tick + sizeof words)
-    return error(errc::corrupt_data, file.string() + ": truncated (" +
-                                         std::to_string(bytes->size()) + " bytes)");
+    return error(errc::corrupt_data,
+                 file.string() + ": truncated (" + std::to_string(bytes->size()) + " bytes)");
   std::memcpy(&out.tick, bytes->data(), sizeof out.tick);
   std::memcpy(&words, bytes->data() + sizeof out.tick, sizeof words);
   const size_t header = sizeof out.tick + sizeof words;
@@ -126,7 +127,8 @@ row_layout layout_of(const checkpoint_meta& meta) {
 
 std::string checkpoint_name(uint64_t epoch) {
   char text[32];
-  std::snprintf(text, sizeof text, "%s%012llu", name_prefix, static_cast<unsigned long long>(epoch));
+  std::snprintf(text, sizeof text, "%s%012llu", name_prefix,
+                static_cast<unsigned long long>(epoch));
   return text;
 }
 
@@ -208,8 +210,7 @@ expected<checkpoint_meta> read_checkpoint_meta(const fs::path& dir) {
       if (m.format != checkpoint_format_version)
         return error(errc::format_mismatch,
                      file.string() + ":1: checkpoint format " + std::to_string(m.format) +
-                         ", this build reads format " +
-                         std::to_string(checkpoint_format_version));
+                         ", this build reads format " + std::to_string(checkpoint_format_version));
       continue;
     }
     if (field == "end") {
@@ -319,7 +320,8 @@ expected<void> prune_checkpoints(const fs::path& root, uint32_t keep) {
     // FILES first, so a half-removed directory is never taken for complete.
     fs::remove(all[i].second / file_manifest_name, ec);
     fs::remove_all(all[i].second, ec);
-    if (ec) return error(errc::io_error, all[i].second.string() + ": cannot remove: " + ec.message());
+    if (ec)
+      return error(errc::io_error, all[i].second.string() + ": cannot remove: " + ec.message());
   }
   return {};
 }
@@ -405,9 +407,9 @@ expected<checkpoint_meta> restore_checkpoint(const fs::path& dir, cluster_config
   const checkpoint_meta& meta = verified->meta;
   if (meta.positions.size() != config.workers.size())
     return error(errc::format_mismatch,
-                 (dir / checkpoint_meta_name).string() + ": positions: " +
-                     std::to_string(meta.positions.size()) + " workers, the cluster has " +
-                     std::to_string(config.workers.size()) +
+                 (dir / checkpoint_meta_name).string() +
+                     ": positions: " + std::to_string(meta.positions.size()) +
+                     " workers, the cluster has " + std::to_string(config.workers.size()) +
                      " (each worker's data position is restored; keep the worker count)");
   if (meta.incarnation == 0xffff)
     return error(errc::capacity_exceeded, (dir / checkpoint_meta_name).string() +
@@ -422,8 +424,8 @@ expected<checkpoint_meta> restore_checkpoint(const fs::path& dir, cluster_config
   for (auto& shard : config.shards) {
     std::error_code ec;
     if (fs::exists(shard.lmdb.directory, ec) && !fs::is_empty(shard.lmdb.directory, ec))
-      return error(errc::invalid_argument, shard.lmdb.directory.string() +
-                                               ": restore needs an empty shard directory");
+      return error(errc::invalid_argument,
+                   shard.lmdb.directory.string() + ": restore needs an empty shard directory");
     auto opened = lmdb_tier::open(layout, shard.lmdb);
     if (!opened) return opened.err();
     targets.push_back(std::move(*opened));
@@ -498,7 +500,8 @@ expected<checkpoint_meta> restore_checkpoint(const fs::path& dir, cluster_config
   auto dense = read_whole(dir / checkpoint_dense_name);
   if (!dense) return dense.err();
   config.restored_dense = std::move(*dense);
-  for (size_t w = 0; w < config.workers.size(); ++w) config.workers[w].skip_batches = meta.positions[w];
+  for (size_t w = 0; w < config.workers.size(); ++w)
+    config.workers[w].skip_batches = meta.positions[w];
   config.incarnation = incarnation;
   config.first_epoch = meta.epoch + 1;
   config.restored_passes = meta.passes;

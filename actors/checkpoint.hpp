@@ -64,8 +64,7 @@ struct checkpoint_meta {
 
 // "ckpt-000000000007"
 std::string checkpoint_name(uint64_t epoch);
-std::filesystem::path shard_checkpoint_dir(const std::filesystem::path& checkpoint,
-                                           uint32_t shard);
+std::filesystem::path shard_checkpoint_dir(const std::filesystem::path& checkpoint, uint32_t shard);
 
 expected<void> write_checkpoint_meta(const std::filesystem::path& dir, const checkpoint_meta& meta);
 // Errors name the CHECKPOINT file and the line.

@@ -1,8 +1,8 @@
 #include "actors/coordinator_actor.hpp"
 
 #include <algorithm>
-#include <chrono>
 #include <caf/all.hpp>
+#include <chrono>
 #include <string>
 
 #include "actors/cache_tier_actor.hpp"
@@ -47,13 +47,13 @@ struct coordinator_state {
 
   // Checkpoints.
   checkpoint_plan plan;
-  uint64_t epoch = 1;                  // of the next checkpoint (pushes carry it)
-  std::vector<uint64_t> positions;     // per worker, absolute, as of the last round
-  std::vector<uint64_t> last_cut;      // per worker, position at the last checkpoint
-  bool due = false;                    // the timer fired or someone asked
+  uint64_t epoch = 1;               // of the next checkpoint (pushes carry it)
+  std::vector<uint64_t> positions;  // per worker, absolute, as of the last round
+  std::vector<uint64_t> last_cut;   // per worker, position at the last checkpoint
+  bool due = false;                 // the timer fired or someone asked
   bool stop_requested = false;
-  bool writing = false;                // a checkpoint's copies are being completed
-  std::function<void()> after_writing; // runs once the checkpoint being written is complete
+  bool writing = false;                 // a checkpoint's copies are being completed
+  std::function<void()> after_writing;  // runs once the checkpoint being written is complete
   std::vector<caf::typed_response_promise<std::string>> on_demand;
 };
 
@@ -216,9 +216,8 @@ void take_checkpoint(coordinator_pointer self, std::function<void()> resume) {
   std::filesystem::remove_all(dir, ec);  // an interrupted attempt of this name
   std::filesystem::create_directories(dir, ec);
   if (ec) {
-    fail(self, caf::make_error(caf::sec::runtime_error,
-                               "cannot create checkpoint directory " + dir.string() + ": " +
-                                   ec.message()));
+    fail(self, caf::make_error(caf::sec::runtime_error, "cannot create checkpoint directory " +
+                                                            dir.string() + ": " + ec.message()));
     return;
   }
   checkpoint_meta meta;
@@ -233,7 +232,8 @@ void take_checkpoint(coordinator_pointer self, std::function<void()> resume) {
   meta.with_state = st.plan.table.layout.with_state;
   meta.partitions = st.plan.map.partitions();
   meta.map_epoch = st.plan.map.epoch();
-  for (uint32_t p = 0; p < st.plan.map.partitions(); ++p) meta.owners.push_back(st.plan.map.owner(p));
+  for (uint32_t p = 0; p < st.plan.map.partitions(); ++p)
+    meta.owners.push_back(st.plan.map.owner(p));
   meta.positions = st.positions;
   meta.batches = st.plan.restored_batches + st.summary.batches;
   meta.examples = st.plan.restored_examples + st.summary.examples;
@@ -393,9 +393,10 @@ coordinator_actor::behavior_type coordinator_behavior(coordinator_pointer self, 
         auto& s = self->state;
         auto promise = self->make_response_promise<std::string>();
         if (!s.plan.settings.enabled())
-          promise.deliver(caf::make_error(
-              caf::sec::invalid_argument,
-              "cluster '" + s.plan.cluster + "' has no checkpoint directory (manifest: checkpoint.dir)"));
+          promise.deliver(
+              caf::make_error(caf::sec::invalid_argument,
+                              "cluster '" + s.plan.cluster +
+                                  "' has no checkpoint directory (manifest: checkpoint.dir)"));
         else if (s.failed)
           promise.deliver(caf::make_error(caf::sec::runtime_error, "training has failed"));
         else

@@ -66,9 +66,9 @@ struct shard_state {
   std::map<uint64_t, row_batch> in_flight;  // seq -> batch (kept for a retry)
   std::vector<caf::typed_response_promise<ok_atom>> drain_waiters;
   bool draining = false;
-  caf::error flush_error;  // a flush that failed twice; drain reports it
-  uint64_t max_push_epoch = 0;       // highest checkpoint epoch a push carried
-  std::optional<pending_cut> cut;    // at most one cut at a time
+  caf::error flush_error;                      // a flush that failed twice; drain reports it
+  uint64_t max_push_epoch = 0;                 // highest checkpoint epoch a push carried
+  std::optional<pending_cut> cut;              // at most one cut at a time
   std::map<uint64_t, checkpoint_copy> copies;  // by epoch
   static inline const char* name = "shard";
 };
@@ -91,8 +91,7 @@ caf::error write_cut_state(shard_state& st, const std::string& dir) {
     out.write(reinterpret_cast<const char*>(sketch->counters().data()),
               static_cast<std::streamsize>(words * sizeof(uint16_t)));
   out.flush();
-  if (!out)
-    return caf::make_error(caf::sec::runtime_error, "cannot write " + path.string());
+  if (!out) return caf::make_error(caf::sec::runtime_error, "cannot write " + path.string());
   return {};
 }
 

@@ -40,7 +40,7 @@ struct training_summary {
   double loss_sum = 0;   // sum of per-example logloss over the whole run
   double tail_loss = 0;  // mean per-example logloss over the last 10% of batches
   uint64_t bad_lines = 0;
-  uint64_t passes = 0;  // pass mode: passes cut (0 in async mode)
+  uint64_t passes = 0;          // pass mode: passes cut (0 in async mode)
   uint64_t checkpoints = 0;     // checkpoints completed during the run
   std::string last_checkpoint;  // directory of the last one ("" if none)
   bool stopped = false;         // a stop request ended the run before the data did

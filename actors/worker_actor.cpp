@@ -168,10 +168,10 @@ void read_ahead(worker_pointer self) {
     for (uint64_t i = 0; i < st.config.skip_batches; ++i) {
       auto batch = st.source->next(st.config.batch_size);
       if (!batch) {
-        fail(self, caf::make_error(caf::sec::runtime_error,
-                                   "worker " + std::to_string(st.config.index) +
-                                       ": skipping to the checkpoint's position: " +
-                                       batch.err().to_string()));
+        fail(self, caf::make_error(
+                       caf::sec::runtime_error,
+                       "worker " + std::to_string(st.config.index) +
+                           ": skipping to the checkpoint's position: " + batch.err().to_string()));
         return;
       }
       if (batch->examples.empty()) {

@@ -203,7 +203,8 @@ void bench_training(const checkpoint_bench_options& o, bench_report& report) {
       c.checkpoint.keep = 2;
     } else {
       // The same rounds (cut points), no checkpoints.
-      c.checkpoint.round_batches = std::min<uint64_t>(c.checkpoint.round_batches, o.interval_batches);
+      c.checkpoint.round_batches =
+          std::min<uint64_t>(c.checkpoint.round_batches, o.interval_batches);
     }
     std::cerr << "bench checkpoint: training " << label << " ...\n";
     auto r = actors::run_local_cluster(c);
@@ -216,8 +217,8 @@ void bench_training(const checkpoint_bench_options& o, bench_report& report) {
   const auto with = run("checkpointing", true);
   report.add({"train_examples_per_s_checkpointing", with.examples_per_s, "examples/s",
               "no_checkpoints", without.examples_per_s});
-  report.add({"train_checkpoints_taken", static_cast<double>(with.checkpoints), "checkpoints", "",
-              0});
+  report.add(
+      {"train_checkpoints_taken", static_cast<double>(with.checkpoints), "checkpoints", "", 0});
 }
 
 }  // namespace

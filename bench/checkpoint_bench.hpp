@@ -24,7 +24,7 @@
 namespace strata::bench {
 
 struct checkpoint_bench_options {
-  uint64_t rows = 10000000;  // rows in the checkpointed environment
+  uint64_t rows = 10000000;     // rows in the checkpointed environment
   actors::cluster_config base;  // training part: usually deploy/examples/local.yaml
   uint64_t train_rows = 200000;
   uint64_t distinct_keys = 200000;

@@ -20,11 +20,11 @@
 
 #include <algorithm>
 #include <chrono>
-#include <mutex>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <string>
 #include <system_error>
@@ -253,8 +253,9 @@ expected<fs::path> resolve_resume(const fs::path& dir) {
   if (fs::exists(dir / actors::checkpoint_meta_name, ec)) return dir;
   auto latest = actors::latest_checkpoint(dir);
   if (!latest)
-    return error(errc::not_found, dir.string() + ": no complete checkpoint there (a checkpoint "
-                                                 "directory has a FILES list once complete)");
+    return error(errc::not_found, dir.string() +
+                                      ": no complete checkpoint there (a checkpoint "
+                                      "directory has a FILES list once complete)");
   return *latest;
 }
 
@@ -326,8 +327,8 @@ int run_node(const std::string& path, const std::string& node, const std::string
     std::string every = "stop only";
     if (ck.interval_batches) every = std::to_string(ck.interval_batches) + " batches per worker";
     if (ck.interval_seconds) every = std::to_string(ck.interval_seconds) + " s";
-    std::printf("checkpoints: into %s, every %s, keeping %u\n", ck.directory.c_str(),
-                every.c_str(), ck.keep);
+    std::printf("checkpoints: into %s, every %s, keeping %u\n", ck.directory.c_str(), every.c_str(),
+                ck.keep);
   }
 
   const auto& c = m.cluster;

@@ -96,7 +96,8 @@ int supervise(const supervisor_config& config, const std::vector<child_node>& no
   action.sa_handler = on_stop_signal;
   sigemptyset(&action.sa_mask);
   action.sa_flags = 0;  // no SA_RESTART: waitpid returns EINTR on a signal
-  struct sigaction old_int {}, old_term {};
+  struct sigaction old_int {
+  }, old_term{};
   ::sigaction(SIGINT, &action, &old_int);
   ::sigaction(SIGTERM, &action, &old_term);
   stop_signals = 0;
@@ -161,11 +162,13 @@ int supervise(const supervisor_config& config, const std::vector<child_node>& no
       ++restarts;
       stop_all(children);
       resume = config.resume_for_restart ? config.resume_for_restart() : std::vector<std::string>{};
-      std::fprintf(stderr, "strata launch: node '%s' (pid %d) %s; restarting the cluster %s (restart %u of %u)\n",
-                   dead->node->name.c_str(), static_cast<int>(dead->pid), how.c_str(),
-                   resume.empty() ? "from scratch (no complete checkpoint yet)"
-                                  : ("from checkpoint " + resume.back()).c_str(),
-                   restarts, config.max_restarts);
+      std::fprintf(
+          stderr,
+          "strata launch: node '%s' (pid %d) %s; restarting the cluster %s (restart %u of %u)\n",
+          dead->node->name.c_str(), static_cast<int>(dead->pid), how.c_str(),
+          resume.empty() ? "from scratch (no complete checkpoint yet)"
+                         : ("from checkpoint " + resume.back()).c_str(),
+          restarts, config.max_restarts);
       std::fflush(stderr);
     }
   }

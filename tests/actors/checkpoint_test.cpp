@@ -3,20 +3,21 @@
 // many workers resume to the same held-out AUC; a checkpoint of 2 shards
 // restores into 3 with identical rows in the right shards and a new
 // incarnation; each kind of damage is refused, naming the file.
+#include "actors/checkpoint.hpp"
+
 #include <gtest/gtest.h>
 
+#include <caf/all.hpp>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <vector>
 
-#include "actors/checkpoint.hpp"
+#include "actors/coordinator_actor.hpp"
 #include "actors/local_cluster.hpp"
 #include "actors/partition_map.hpp"
-#include "actors/coordinator_actor.hpp"
 #include "actors/worker_actor.hpp"
-#include <caf/all.hpp>
 #include "common/file_manifest.hpp"
 #include "model/datagen.hpp"
 #include "tests/tiers/test_util.hpp"
@@ -101,8 +102,8 @@ cluster_config small_cluster(const fs::path& data, const fs::path& state,
 }
 
 // Every row of a checkpoint: key -> record (weights, state, meta).
-std::map<uint64_t, std::vector<std::byte>> checkpoint_rows(const fs::path& dir,
-                                                           std::vector<uint32_t>* shard_of = nullptr) {
+std::map<uint64_t, std::vector<std::byte>> checkpoint_rows(
+    const fs::path& dir, std::vector<uint32_t>* shard_of = nullptr) {
   std::map<uint64_t, std::vector<std::byte>> rows;
   auto meta = read_checkpoint_meta(dir);
   EXPECT_TRUE(meta) << meta.err().to_string();
@@ -117,9 +118,8 @@ std::map<uint64_t, std::vector<std::byte>> checkpoint_rows(const fs::path& dir,
     auto tier = lmdb_tier::open(layout, lc);
     EXPECT_TRUE(tier) << tier.err().to_string();
     if (!tier) continue;
-    auto st = (*tier)->dump([&](uint64_t key, const std::byte* r) {
-      rows[key].assign(r, r + layout.record_bytes());
-    });
+    auto st = (*tier)->dump(
+        [&](uint64_t key, const std::byte* r) { rows[key].assign(r, r + layout.record_bytes()); });
     EXPECT_TRUE(st) << st.err().to_string();
   }
   (void)shard_of;
@@ -317,7 +317,8 @@ TEST(Checkpoint, DamageIsDetectedAndNamed) {
     auto bytes = file_bytes(f);
     bytes[bytes.size() / 2] ^= 0x40;
     std::ofstream(f, std::ios::binary | std::ios::trunc)
-        .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+        .write(reinterpret_cast<const char*>(bytes.data()),
+               static_cast<std::streamsize>(bytes.size()));
     const auto e = verify_error(d);
     EXPECT_NE(e.find("dense.bin"), std::string::npos) << e;
     EXPECT_NE(e.find("checksum mismatch"), std::string::npos) << e;
@@ -344,7 +345,8 @@ TEST(Checkpoint, DamageIsDetectedAndNamed) {
     EXPECT_NE(e.find("incompatible table layout"), std::string::npos) << e;
     auto wrong = t->config;
     wrong.table.layout.dim += 1;
-    for (auto& s : wrong.shards) s.lmdb.directory = t->dir.path() / "wrong" / s.lmdb.directory.filename();
+    for (auto& s : wrong.shards)
+      s.lmdb.directory = t->dir.path() / "wrong" / s.lmdb.directory.filename();
     auto r = restore_checkpoint(t->checkpoint, wrong);
     ASSERT_FALSE(r);
     EXPECT_EQ(r.err().code(), errc::format_mismatch);
@@ -363,7 +365,8 @@ TEST(Checkpoint, DamageIsDetectedAndNamed) {
 
 // key -> sightings in the batches before each worker's position, replayed
 // with the workers' own reader.
-std::map<uint64_t, float> sightings(const cluster_config& c, const std::vector<uint64_t>& positions) {
+std::map<uint64_t, float> sightings(const cluster_config& c,
+                                    const std::vector<uint64_t>& positions) {
   std::map<uint64_t, float> counts;
   for (size_t w = 0; w < c.workers.size(); ++w) {
     auto source = open_reader_source(c.workers[w]);

@@ -6,13 +6,13 @@
 // sightings in the batches before each worker's recorded position — no
 // update missing, none extra — and that an interrupted checkpoint is never
 // used. Polls with deadlines; no fixed sleeps.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
-#include <fcntl.h>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -219,7 +219,8 @@ uint64_t total_batches(const fs::path& manifest) {
   auto m = deploy::load_manifest(manifest);
   auto split = deploy::resolve_data_split(*m);
   uint64_t total = 0;
-  for (const auto& w : m->cluster.workers) total += (w.data.limit + w.batch_size - 1) / w.batch_size;
+  for (const auto& w : m->cluster.workers)
+    total += (w.data.limit + w.batch_size - 1) / w.batch_size;
   return total;
 }
 
@@ -231,8 +232,8 @@ TEST(CrashRecovery, KillMidTrainingRestartsFromTheLatestCheckpoint) {
   auto s = make_setup("restart", 60000, 40);
   strata_process launcher({"launch", s->manifest.string()}, s->dir.path() / "out.txt",
                           s->dir.path() / "err.txt");
-  ASSERT_TRUE(poll_until([&] { return actors::complete_checkpoints(s->checkpoints).size() >= 2; },
-                         60))
+  ASSERT_TRUE(
+      poll_until([&] { return actors::complete_checkpoints(s->checkpoints).size() >= 2; }, 60))
       << launcher.err();
   auto pid = node_pid(launcher);
   ASSERT_TRUE(pid) << launcher.out();
@@ -273,8 +274,8 @@ TEST(CrashRecovery, KillMidCheckpointNeverUsesTheInterruptedOne) {
       if (!fs::exists(entry.path() / file_manifest_name)) return true;
     return false;
   };
-  ASSERT_TRUE(poll_until([&] { return actors::complete_checkpoints(s->checkpoints).size() >= 1; },
-                         60));
+  ASSERT_TRUE(
+      poll_until([&] { return actors::complete_checkpoints(s->checkpoints).size() >= 1; }, 60));
   auto pid = node_pid(launcher);
   ASSERT_TRUE(pid) << launcher.out();
   const bool caught = poll_until(torn_now, 10);
@@ -292,8 +293,8 @@ TEST(CrashRecovery, KillMidCheckpointNeverUsesTheInterruptedOne) {
 
   const auto complete = actors::latest_checkpoint(s->checkpoints);
   ASSERT_TRUE(complete);
-  const fs::path torn =
-      s->checkpoints / actors::checkpoint_name(actors::highest_checkpoint_epoch(s->checkpoints) + 1);
+  const fs::path torn = s->checkpoints / actors::checkpoint_name(
+                                             actors::highest_checkpoint_epoch(s->checkpoints) + 1);
   fs::copy(*complete, torn, fs::copy_options::recursive);
   fs::remove(torn / file_manifest_name);
   fs::resize_file(torn / "shard-0" / "data.mdb", fs::file_size(torn / "shard-0" / "data.mdb") / 2);
@@ -319,7 +320,8 @@ TEST(CrashRecovery, SigtermStopsGracefullyWithAFinalCheckpoint) {
   auto s = make_setup("stop", 60000, 1000000);
   strata_process launcher({"launch", s->manifest.string()}, s->dir.path() / "out.txt",
                           s->dir.path() / "err.txt");
-  ASSERT_TRUE(poll_until([&] { return launcher.out().find("training:") != std::string::npos; }, 60));
+  ASSERT_TRUE(
+      poll_until([&] { return launcher.out().find("training:") != std::string::npos; }, 60));
   ASSERT_TRUE(poll_until([&] { return fs::exists(s->dir.path() / "state" / "shard-0"); }, 60));
   ASSERT_EQ(::kill(launcher.pid(), SIGTERM), 0);
   auto status = launcher.wait(60);
