@@ -217,8 +217,6 @@ void bench_training(const checkpoint_bench_options& o, bench_report& report) {
   const auto with = run("checkpointing", true);
   report.add({"train_examples_per_s_checkpointing", with.examples_per_s, "examples/s",
               "no_checkpoints", without.examples_per_s});
-  report.add(
-      {"train_checkpoints_taken", static_cast<double>(with.checkpoints), "checkpoints", "", 0});
 }
 
 }  // namespace
