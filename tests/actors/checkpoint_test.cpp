@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <thread>
 #include <vector>
 
 #include "actors/coordinator_actor.hpp"
@@ -471,6 +472,46 @@ TEST(Checkpoint, OnDemandRequestGetsACompleteCheckpointAtTheNextCut) {
     EXPECT_EQ(p, 16u);  // the first cut
   }
   EXPECT_EQ(r->checkpoints, 2u);  // on demand, and at the end
+}
+
+// (7) The timer: with interval_seconds and no batch interval, a checkpoint
+// is taken at the first cut after a second; a stop request then ends the
+// run at the next cut with a final checkpoint (stopped = true). The data
+// repeats for many epochs, so the run lasts until the test stops it.
+TEST(Checkpoint, TimerCheckpointsAndAStopRequestEndsAtTheNextCut) {
+  temp_dir dir;
+  const auto data = generate_data(dir.path());
+  auto c = count_cluster(data, dir.path(), training_mode::async);
+  c.checkpoint.interval_batches = 0;
+  c.checkpoint.interval_seconds = 1;
+  c.checkpoint.round_batches = 8;
+  for (auto& w : c.workers) w.epochs = 100000;
+  const fs::path first = c.checkpoint.directory / checkpoint_name(1);
+  cluster_hooks hooks;
+  std::thread stopper;
+  hooks.started = [&](caf::actor_system&, const training_cluster& cluster) {
+    auto coordinator = cluster.coordinator;
+    stopper = std::thread([coordinator, first] {
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+      while (!fs::exists(first / file_manifest_name) && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      caf::anon_send(coordinator, stop_atom::value);
+    });
+  };
+  auto r = run_local_cluster(c, {}, hooks);
+  stopper.join();
+  ASSERT_TRUE(r) << r.err().to_string();
+  EXPECT_TRUE(r->stopped);
+  ASSERT_TRUE(fs::exists(first / file_manifest_name)) << "no timer checkpoint within 60 s";
+  EXPECT_GE(r->checkpoints, 2u);  // the timer's, and the final one at the stop
+  auto timer_meta = read_checkpoint_meta(first);
+  auto final_meta = read_checkpoint_meta(r->last_checkpoint);
+  ASSERT_TRUE(timer_meta && final_meta);
+  for (size_t w = 0; w < c.workers.size(); ++w) {
+    EXPECT_GT(timer_meta->positions[w], 0u);
+    EXPECT_EQ(timer_meta->positions[w] % 8, 0u);  // at a round's end
+    EXPECT_GE(final_meta->positions[w], timer_meta->positions[w]);
+  }
 }
 
 }  // namespace
