@@ -115,15 +115,17 @@ void take_cut(shard_pointer self) {
             auto& c = self->state.copies[epoch];
             c.done = true;
             c.rows = rows;
+            if (c.waiters.empty()) return;  // copied(epoch) picks it up later
             for (auto& p : c.waiters) p.deliver(rows);
-            c.waiters.clear();
+            self->state.copies.erase(epoch);
           },
           [self, epoch](caf::error& err) {
             auto& c = self->state.copies[epoch];
             c.done = true;
             c.failure = err;
+            if (c.waiters.empty()) return;
             for (auto& p : c.waiters) p.deliver(err);
-            c.waiters.clear();
+            self->state.copies.erase(epoch);
           });
   cut.promise.deliver(ok_atom::value);
 }
