@@ -265,7 +265,8 @@ int run_node(const std::string& path, const std::string& node, const std::string
     std::cerr << "strata node: " << e.message() << '\n';
     return 1;
   };
-  stop_on_signal signals;
+  // Lives as long as the process: its signal thread is never joined.
+  static stop_on_signal& signals = *new stop_on_signal;
   auto loaded = deploy::load_manifest(path);
   if (!loaded) return fail(loaded.err());
   deploy::manifest& m = *loaded;
