@@ -54,7 +54,11 @@ struct coordinator_state {
   bool stop_requested = false;
   bool writing = false;                 // a checkpoint's copies are being completed
   std::function<void()> after_writing;  // runs once the checkpoint being written is complete
+  // On-demand requests waiting for the next cut, and those the checkpoint
+  // being written was taken for (a request is answered with a checkpoint
+  // cut after it arrived).
   std::vector<caf::typed_response_promise<std::string>> on_demand;
+  std::vector<caf::typed_response_promise<std::string>> on_demand_writing;
 };
 
 using coordinator_pointer = coordinator_actor::stateful_pointer<coordinator_state>;
@@ -68,7 +72,9 @@ void fail(coordinator_pointer self, caf::error err) {
     st.run.reset();
   }
   for (auto& p : st.on_demand) p.deliver(err);
+  for (auto& p : st.on_demand_writing) p.deliver(err);
   st.on_demand.clear();
+  st.on_demand_writing.clear();
 }
 
 caf::error io_failure(const error& e) {
@@ -172,8 +178,8 @@ void complete_checkpoint(coordinator_pointer self, checkpoint_meta meta, std::fi
     }
     ++s.summary.checkpoints;
     s.summary.last_checkpoint = dir.string();
-    for (auto& p : s.on_demand) p.deliver(dir.string());
-    s.on_demand.clear();
+    for (auto& p : s.on_demand_writing) p.deliver(dir.string());
+    s.on_demand_writing.clear();
     s.writing = false;
     if (s.after_writing) {
       auto next = std::move(s.after_writing);
@@ -210,6 +216,8 @@ void take_checkpoint(coordinator_pointer self, std::function<void()> resume) {
   }
   st.due = false;
   st.writing = true;
+  st.on_demand_writing = std::move(st.on_demand);
+  st.on_demand.clear();
   const uint64_t epoch = st.epoch++;
   const auto dir = st.plan.settings.directory / checkpoint_name(epoch);
   std::error_code ec;
