@@ -218,8 +218,14 @@ expected<checkpoint_meta> read_checkpoint_meta(const fs::path& dir) {
       break;
     }
     std::string text;
+    // The rest of the line, for names that may hold spaces.
+    auto rest = [&] {
+      std::string r;
+      std::getline(s, r);
+      return r.empty() ? r : r.substr(1);
+    };
     if (field == "cluster") {
-      s >> m.cluster;
+      m.cluster = rest();
     } else if (field == "epoch") {
       s >> m.epoch;
     } else if (field == "incarnation") {
@@ -232,7 +238,7 @@ expected<checkpoint_meta> read_checkpoint_meta(const fs::path& dir) {
     } else if (field == "passes") {
       s >> m.passes;
     } else if (field == "table") {
-      s >> m.table;
+      m.table = rest();
     } else if (field == "dim") {
       s >> m.dim;
     } else if (field == "optimizer") {
