@@ -302,11 +302,21 @@ int run_node(const std::string& path, const std::string& node, const std::string
                 m.cluster.heldout.limit
                     ? (" (" + std::to_string(m.cluster.heldout.limit) + " examples)").c_str()
                     : " to the end");
-  auto cleared = clear_shard_state(m);
-  if (!cleared) return fail(cleared.err());
+  std::optional<fs::path> resume_dir;
   if (!resume.empty()) {
+    // A checkpoint of another layout is refused before anything is cleared.
     auto dir = resolve_resume(resume);
     if (!dir) return fail(dir.err());
+    auto meta = actors::read_checkpoint_meta(*dir);
+    if (!meta) return fail(meta.err());
+    auto fits = actors::check_compatible(*meta, *dir, m.cluster.table, m.cluster.partitions);
+    if (!fits) return fail(fits.err());
+    resume_dir = *dir;
+  }
+  auto cleared = clear_shard_state(m);
+  if (!cleared) return fail(cleared.err());
+  if (resume_dir) {
+    const auto* dir = &*resume_dir;
     const auto start = std::chrono::steady_clock::now();
     auto meta = actors::restore_checkpoint(*dir, m.cluster);
     if (!meta) return fail(meta.err());
