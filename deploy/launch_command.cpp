@@ -246,17 +246,19 @@ class stop_on_signal {
   std::optional<actors::coordinator_actor> coordinator_;
 };
 
-// The checkpoint to resume from: DIR itself if it is one, else the latest
-// complete checkpoint under it.
-expected<fs::path> resolve_resume(const fs::path& dir) {
+// The checkpoints to try, in order: DIR itself if it is one, else the
+// complete checkpoints under it, newest first (a damaged newest one falls
+// back to the one before).
+expected<std::vector<fs::path>> resume_candidates(const fs::path& dir) {
   std::error_code ec;
-  if (fs::exists(dir / actors::checkpoint_meta_name, ec)) return dir;
-  auto latest = actors::latest_checkpoint(dir);
-  if (!latest)
+  if (fs::exists(dir / actors::checkpoint_meta_name, ec)) return std::vector<fs::path>{dir};
+  auto all = actors::complete_checkpoints(dir);
+  if (all.empty())
     return error(errc::not_found, dir.string() +
                                       ": no complete checkpoint there (a checkpoint "
                                       "directory has a FILES list once complete)");
-  return *latest;
+  std::reverse(all.begin(), all.end());
+  return all;
 }
 
 int run_node(const std::string& path, const std::string& node, const std::string& resume) {
@@ -302,24 +304,38 @@ int run_node(const std::string& path, const std::string& node, const std::string
                 m.cluster.heldout.limit
                     ? (" (" + std::to_string(m.cluster.heldout.limit) + " examples)").c_str()
                     : " to the end");
-  std::optional<fs::path> resume_dir;
+  std::vector<fs::path> candidates;
   if (!resume.empty()) {
     // A checkpoint of another layout is refused before anything is cleared.
-    auto dir = resolve_resume(resume);
-    if (!dir) return fail(dir.err());
-    auto meta = actors::read_checkpoint_meta(*dir);
+    auto found = resume_candidates(resume);
+    if (!found) return fail(found.err());
+    candidates = std::move(*found);
+    auto meta = actors::read_checkpoint_meta(candidates.front());
     if (!meta) return fail(meta.err());
-    auto fits = actors::check_compatible(*meta, *dir, m.cluster.table, m.cluster.partitions);
+    auto fits =
+        actors::check_compatible(*meta, candidates.front(), m.cluster.table, m.cluster.partitions);
     if (!fits) return fail(fits.err());
-    resume_dir = *dir;
   }
   auto cleared = clear_shard_state(m);
   if (!cleared) return fail(cleared.err());
-  if (resume_dir) {
-    const auto* dir = &*resume_dir;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    const fs::path* dir = &candidates[i];
     const auto start = std::chrono::steady_clock::now();
-    auto meta = actors::restore_checkpoint(*dir, m.cluster);
-    if (!meta) return fail(meta.err());
+    actors::cluster_config restored = m.cluster;
+    auto meta = actors::restore_checkpoint(*dir, restored);
+    if (!meta) {
+      const bool damaged =
+          meta.err().code() == errc::corrupt_data || meta.err().code() == errc::not_found;
+      if (!damaged || i + 1 == candidates.size()) return fail(meta.err());
+      std::fprintf(stderr,
+                   "strata node: checkpoint %s is damaged (%s); falling back to the previous "
+                   "complete checkpoint, %s\n",
+                   dir->c_str(), meta.err().message().c_str(), candidates[i + 1].c_str());
+      cleared = clear_shard_state(m);  // what the failed restore wrote
+      if (!cleared) return fail(cleared.err());
+      continue;
+    }
+    m.cluster = std::move(restored);
     uint64_t rows = 0;
     for (uint64_t r : meta->shard_rows) rows += r;
     std::string positions;
@@ -332,6 +348,7 @@ int run_node(const std::string& path, const std::string& node, const std::string
         static_cast<unsigned long long>(rows), meta->shard_rows.size(), m.cluster.shards.size(),
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
         static_cast<unsigned>(m.cluster.incarnation), positions.c_str());
+    break;
   }
   if (m.cluster.checkpoint.enabled()) {
     const auto& ck = m.cluster.checkpoint;
@@ -431,22 +448,27 @@ int launch(const std::string& path, bool resume, const std::string& resume_dir) 
                 << ": --resume without a directory needs checkpoint.dir in the manifest\n";
       return 1;
     }
-    auto resolved = resolve_resume(dir);
-    if (!resolved) {
-      std::cerr << "strata launch: " << resolved.err().message() << '\n';
+    auto found = resume_candidates(dir);
+    if (!found) {
+      std::cerr << "strata launch: " << found.err().message() << '\n';
       return 1;
     }
-    first = {"--resume", resolved->string()};
+    first = {"--resume", dir.string()};
   }
   deploy::supervisor_config sc;
   sc.restart = m.on_failure == deploy::failure_policy::restart;
   sc.max_restarts = m.max_restarts;
   sc.manifest = path;
-  sc.resume_for_restart = [root]() -> std::vector<std::string> {
-    // Always the checkpoint copy, never the live LMDB files the dead node left.
+  sc.resume_for_restart = [root] {
+    // Always a checkpoint copy, never the live LMDB files the dead node
+    // left: the latest complete one (the node falls back to the one
+    // before if it is damaged).
+    deploy::supervisor_config::resume_plan plan;
     auto latest = actors::latest_checkpoint(root);
-    if (!latest) return {};
-    return {"--resume", latest->string()};
+    if (!latest) return plan;
+    plan.args = {"--resume", root.string()};
+    plan.description = "from checkpoint " + latest->string();
+    return plan;
   };
   std::error_code ec;
   auto self = fs::read_symlink("/proc/self/exe", ec);

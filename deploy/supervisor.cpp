@@ -161,14 +161,15 @@ int supervise(const supervisor_config& config, const std::vector<child_node>& no
       }
       ++restarts;
       stop_all(children);
-      resume = config.resume_for_restart ? config.resume_for_restart() : std::vector<std::string>{};
-      std::fprintf(
-          stderr,
-          "strata launch: node '%s' (pid %d) %s; restarting the cluster %s (restart %u of %u)\n",
-          dead->node->name.c_str(), static_cast<int>(dead->pid), how.c_str(),
-          resume.empty() ? "from scratch (no complete checkpoint yet)"
-                         : ("from checkpoint " + resume.back()).c_str(),
-          restarts, config.max_restarts);
+      supervisor_config::resume_plan plan;
+      if (config.resume_for_restart) plan = config.resume_for_restart();
+      if (plan.args.empty()) plan.description = "from scratch (no complete checkpoint yet)";
+      resume = plan.args;
+      std::fprintf(stderr,
+                   "strata launch: node '%s' (pid %d) %s; restarting the cluster %s (restart %u "
+                   "of %u)\n",
+                   dead->node->name.c_str(), static_cast<int>(dead->pid), how.c_str(),
+                   plan.description.c_str(), restarts, config.max_restarts);
       std::fflush(stderr);
     }
   }

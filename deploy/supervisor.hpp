@@ -38,9 +38,14 @@ struct supervisor_config {
   bool restart = false;  // on_failure: restart (else stop)
   uint32_t max_restarts = 3;
   std::string manifest;  // for the hint printed on a stop
-  // Arguments that make a node resume, for a restart (e.g. {"--resume",
-  // DIR}); empty: start fresh. Called at each restart.
-  std::function<std::vector<std::string>()> resume_for_restart;
+  // For a restart: the arguments that make a node resume (e.g. {"--resume",
+  // DIR}; none: start fresh) and what they mean, for the message. Called at
+  // each restart.
+  struct resume_plan {
+    std::vector<std::string> args;
+    std::string description;  // "from checkpoint ckpt/ckpt-000000000004"
+  };
+  std::function<resume_plan()> resume_for_restart;
 };
 
 // Runs the children until all exit; returns the launcher's exit code.

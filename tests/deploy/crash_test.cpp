@@ -315,6 +315,7 @@ TEST(CrashRecovery, KillMidCheckpointNeverUsesTheInterruptedOne) {
 
 // SIGTERM to the launcher: the node stops at the next cut with a final
 // checkpoint holding exactly the batches before its positions; resuming
+// (past a newer but damaged checkpoint, which is skipped with a message)
 // finishes the data.
 TEST(CrashRecovery, SigtermStopsGracefullyWithAFinalCheckpoint) {
   auto s = make_setup("stop", 60000, 1000000);
@@ -335,11 +336,32 @@ TEST(CrashRecovery, SigtermStopsGracefullyWithAFinalCheckpoint) {
   for (auto p : at_stop) sum_stop += p;
   EXPECT_LT(sum_stop, total_batches(s->manifest));
 
+  // A newer checkpoint that is complete but damaged (one flipped byte):
+  // the resume falls back to the one before, saying so.
+  const fs::path damaged =
+      s->checkpoints /
+      actors::checkpoint_name(actors::highest_checkpoint_epoch(s->checkpoints) + 1);
+  fs::copy(*latest, damaged, fs::copy_options::recursive);
+  {
+    std::fstream f(damaged / actors::checkpoint_dense_name,
+                   std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(100);
+    char c = 0;
+    f.get(c);
+    f.seekp(100);
+    f.put(static_cast<char>(c ^ 0x10));
+  }
+  ASSERT_EQ(*actors::latest_checkpoint(s->checkpoints), damaged);
+
   strata_process resumed({"launch", s->manifest.string(), "--resume"}, s->dir.path() / "out2.txt",
                          s->dir.path() / "err2.txt");
   auto rc = resumed.wait(120);
   ASSERT_TRUE(rc);
   EXPECT_TRUE(WIFEXITED(*rc) && WEXITSTATUS(*rc) == 0) << resumed.err();
+  EXPECT_EQ(fs::path(resumed_from(resumed.out())), *latest) << resumed.out();
+  EXPECT_NE(resumed.err().find("checkpoint " + damaged.string() + " is damaged"), std::string::npos)
+      << resumed.err();
+  EXPECT_NE(resumed.err().find("checksum mismatch"), std::string::npos) << resumed.err();
   auto at_end = check_exact_sums(s->manifest, *actors::latest_checkpoint(s->checkpoints));
   uint64_t sum_end = 0;
   for (auto p : at_end) sum_end += p;
