@@ -514,5 +514,45 @@ TEST(Checkpoint, TimerCheckpointsAndAStopRequestEndsAtTheNextCut) {
   }
 }
 
+// (8) Admission sketches and the TTL clock travel with the checkpoint: each
+// shard's counters come back as they were (same shard count), or summed
+// into every new shard (another count: never under-counted).
+TEST(Checkpoint, AdmissionSketchesAreRestored) {
+  temp_dir dir;
+  const auto data = generate_data(dir.path());
+  auto c = small_cluster(data, dir.path() / "state", dir.path() / "ckpt", 2, 2, 2);
+  for (auto& sc : c.shards) {
+    sc.chain.admission_threshold = 2;
+    sc.chain.sketch_width = 1024;
+    sc.chain.sketch_depth = 2;
+  }
+  for (auto& w : c.workers) w.max_batches = 20;
+  auto r = run_local_cluster(c);
+  ASSERT_TRUE(r) << r.err().to_string();
+  std::vector<std::vector<uint16_t>> saved;
+  for (uint32_t s = 0; s < 2; ++s) {
+    const auto bytes =
+        file_bytes(shard_checkpoint_dir(r->last_checkpoint, s) / checkpoint_shard_state_name);
+    ASSERT_EQ(bytes.size(), 4u + 8u + 2u * 2048u);
+    std::vector<uint16_t> counters(2048);
+    std::memcpy(counters.data(), bytes.data() + 12, counters.size() * 2);
+    uint64_t sum = 0;
+    for (uint16_t v : counters) sum += v;
+    EXPECT_GT(sum, 0u) << "shard " << s << " saved an empty sketch";
+    saved.push_back(std::move(counters));
+  }
+  auto same = small_cluster(data, dir.path() / "state2", dir.path() / "ckpt2", 2, 2, 2);
+  ASSERT_TRUE(restore_checkpoint(r->last_checkpoint, same));
+  EXPECT_EQ(same.shards[0].restored_sketch, saved[0]);
+  EXPECT_EQ(same.shards[1].restored_sketch, saved[1]);
+  auto three = small_cluster(data, dir.path() / "state3", dir.path() / "ckpt3", 3, 2, 2);
+  ASSERT_TRUE(restore_checkpoint(r->last_checkpoint, three));
+  for (uint32_t s = 0; s < 3; ++s) {
+    ASSERT_EQ(three.shards[s].restored_sketch.size(), 2048u);
+    for (size_t i = 0; i < 2048; ++i)
+      ASSERT_EQ(three.shards[s].restored_sketch[i], saved[0][i] + saved[1][i]) << "counter " << i;
+  }
+}
+
 }  // namespace
 }  // namespace strata::actors
