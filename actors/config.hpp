@@ -42,6 +42,11 @@ struct shard_config {
   bool flush_on_own_thread = true;
   // Latency metrics only; nothing in the shard's behaviour reads it.
   const clock_source* clock = &steady_clock_source::instance();
+  // Restored from a checkpoint (empty / 0 on a fresh start): the admission
+  // sketch's counters (used when their size matches the sketch) and the
+  // TTL clock.
+  std::vector<uint16_t> restored_sketch;
+  uint32_t restored_tick = 0;
 };
 
 // Builds a cache tier's backend; the composition root picks the CUDA one
@@ -68,8 +73,11 @@ struct worker_config {
   uint32_t prefetch_depth = 2;    // prefetch batch i + k while batch i computes
   uint32_t max_in_flight = 2;     // batches pushed but not yet acknowledged
   uint32_t pull_dense_every = 1;  // pull fresh dense weights every N steps
-  uint64_t max_batches = 0;       // 0: until the data ends
+  uint64_t max_batches = 0;       // 0: until the data ends (counts skipped batches too)
   uint32_t epochs = 1;
+  // Resumed from a checkpoint: batches of the stream already trained (the
+  // worker's recorded data position); they are read and skipped.
+  uint64_t skip_batches = 0;
 };
 
 struct dense_config {
@@ -77,6 +85,29 @@ struct dense_config {
   float beta1 = 0.9f;
   float beta2 = 0.999f;
   float epsilon = 1e-8f;
+};
+
+// What workers compute (manifest model.objective).
+enum class gradient_kind : uint8_t {
+  ctr,    // the CTR model (model/ctr_model.hpp)
+  count,  // diagnostic: each sighting of a key pushes -1 to every element of
+          // its row; with SGD, learning rate 1 and zeros every weight counts
+          // its key's sightings (the exact-sum check through the real CLI)
+};
+
+// Checkpoints (docs/checkpoints.md). No directory: no checkpoints.
+struct checkpoint_settings {
+  std::filesystem::path directory;  // checkpoints go to directory/ckpt-<epoch>
+  uint64_t interval_batches = 0;    // per worker between checkpoints (0: not by batches)
+  uint32_t interval_seconds = 0;    // wall time between checkpoints (0: not by time)
+  uint32_t keep = 3;                // complete checkpoints kept
+  bool at_stop = true;              // a final checkpoint at a graceful stop / the end
+  // Async mode: workers train in rounds of at most this many batches; a
+  // round's end is where a cut can happen (a checkpoint, a stop). Smaller
+  // rounds make stops and on-demand checkpoints prompter and cost a
+  // pipeline drain each.
+  uint64_t round_batches = 64;
+  bool enabled() const { return !directory.empty(); }
 };
 
 struct cluster_config {
@@ -93,6 +124,16 @@ struct cluster_config {
   model::reader_config heldout;   // evaluated after training
   uint64_t heldout_examples = 0;  // 0: the whole held-out window
   uint32_t threads = 0;           // CAF scheduler threads; 0: hardware concurrency
+  gradient_kind gradients = gradient_kind::ctr;
+  checkpoint_settings checkpoint;
+  // Filled by restore_checkpoint (actors/checkpoint.hpp); defaults for a
+  // fresh start.
+  uint16_t incarnation = 0;             // rows created get (incarnation, 0) versions
+  uint64_t first_epoch = 1;             // epoch of the next checkpoint
+  std::vector<uint8_t> restored_dense;  // the dense actor's record (empty: initial weights)
+  uint64_t restored_passes = 0;
+  uint64_t restored_batches = 0;
+  uint64_t restored_examples = 0;
 };
 
 }  // namespace strata::actors

@@ -2,11 +2,14 @@
 
 #include <algorithm>
 #include <caf/all.hpp>
+#include <chrono>
 #include <string>
 
 #include "actors/cache_tier_actor.hpp"
+#include "actors/checkpoint.hpp"
 #include "actors/dense_actor.hpp"
 #include "actors/shard_actor.hpp"
+#include "common/file_manifest.hpp"
 
 namespace strata::actors {
 
@@ -41,6 +44,21 @@ struct coordinator_state {
   std::vector<batch_loss> history;  // per reported batch, in arrival order
   training_progress progress;
   bool failed = false;
+
+  // Checkpoints.
+  checkpoint_plan plan;
+  uint64_t epoch = 1;               // of the next checkpoint (pushes carry it)
+  std::vector<uint64_t> positions;  // per worker, absolute, as of the last round
+  std::vector<uint64_t> last_cut;   // per worker, position at the last checkpoint
+  bool due = false;                 // the timer fired or someone asked
+  bool stop_requested = false;
+  bool writing = false;                 // a checkpoint's copies are being completed
+  std::function<void()> after_writing;  // runs once the checkpoint being written is complete
+  // On-demand requests waiting for the next cut, and those the checkpoint
+  // being written was taken for (a request is answered with a checkpoint
+  // cut after it arrived).
+  std::vector<caf::typed_response_promise<std::string>> on_demand;
+  std::vector<caf::typed_response_promise<std::string>> on_demand_writing;
 };
 
 using coordinator_pointer = coordinator_actor::stateful_pointer<coordinator_state>;
@@ -50,9 +68,17 @@ void fail(coordinator_pointer self, caf::error err) {
   if (st.failed) return;
   st.failed = true;
   if (st.run) {
-    st.run->deliver(std::move(err));
+    st.run->deliver(err);
     st.run.reset();
   }
+  for (auto& p : st.on_demand) p.deliver(err);
+  for (auto& p : st.on_demand_writing) p.deliver(err);
+  st.on_demand.clear();
+  st.on_demand_writing.clear();
+}
+
+caf::error io_failure(const error& e) {
+  return caf::make_error(caf::sec::runtime_error, e.to_string());
 }
 
 // Sends `message...` to every target and calls `next` once all answered ok.
@@ -110,14 +136,182 @@ void finish(coordinator_pointer self) {
       drain_atom::value);
 }
 
+bool all_finished(const coordinator_state& st) {
+  return std::all_of(st.finished.begin(), st.finished.end(), [](bool f) { return f; });
+}
+
+// --- checkpoints ------------------------------------------------------------------
+
+bool checkpoint_due(const coordinator_state& st) {
+  if (!st.plan.settings.enabled()) return false;
+  if (st.due || !st.on_demand.empty()) return true;
+  const uint64_t every = st.plan.settings.interval_batches;
+  if (every == 0) return false;
+  for (size_t w = 0; w < st.positions.size(); ++w)
+    if (st.positions[w] - st.last_cut[w] >= every) return true;
+  return false;
+}
+
+// Phase 2: once every shard's copy is done, writes dense.bin and
+// CHECKPOINT, syncs the directory, writes FILES last (the checkpoint is
+// complete from then on), and prunes old ones.
+void complete_checkpoint(coordinator_pointer self, checkpoint_meta meta, std::filesystem::path dir,
+                         std::vector<uint8_t> dense) {
+  auto& st = self->state;
+  auto rows = std::make_shared<std::vector<uint64_t>>(st.peers.shards.size(), 0);
+  auto missing = std::make_shared<size_t>(st.peers.shards.size());
+  auto done = [self, meta, dir, dense, rows]() mutable {
+    auto& s = self->state;
+    meta.shard_rows = *rows;
+    meta.dense_bytes = dense.size();
+    expected<void> ok = write_file_synced(dir / checkpoint_dense_name, dense.data(), dense.size());
+    if (ok) ok = write_checkpoint_meta(dir, meta);
+    if (ok) ok = sync_tree(dir);
+    if (ok) {
+      auto listed = write_file_manifest(dir);
+      if (!listed) ok = listed.err();
+    }
+    if (ok) ok = prune_checkpoints(s.plan.settings.directory, s.plan.settings.keep);
+    if (!ok) {
+      fail(self, io_failure(ok.err()));
+      return;
+    }
+    ++s.summary.checkpoints;
+    s.summary.last_checkpoint = dir.string();
+    for (auto& p : s.on_demand_writing) p.deliver(dir.string());
+    s.on_demand_writing.clear();
+    s.writing = false;
+    if (s.after_writing) {
+      auto next = std::move(s.after_writing);
+      s.after_writing = nullptr;
+      next();
+    }
+  };
+  if (*missing == 0) {
+    done();
+    return;
+  }
+  for (size_t i = 0; i < st.peers.shards.size(); ++i)
+    self->request(st.peers.shards[i], caf::infinite, copied_atom::value, meta.epoch)
+        .then(
+            [self, i, rows, missing, done](uint64_t n) mutable {
+              if (self->state.failed) return;
+              (*rows)[i] = n;
+              if (--*missing == 0) done();
+            },
+            [self](caf::error& err) { fail(self, std::move(err)); });
+}
+
+// Takes a checkpoint at this cut (every worker's pushes acknowledged, pass
+// mode: caches written back). Phase 1 (the cut): every shard flushes its
+// dirty rows and queues its LMDB copy; the dense record is read. Then
+// `resume` runs (training goes on) while phase 2 completes the copies.
+// Only one checkpoint is written at a time: a cut while one is still being
+// written waits for it.
+void take_checkpoint(coordinator_pointer self, std::function<void()> resume) {
+  auto& st = self->state;
+  if (st.writing) {
+    st.after_writing = [self, resume] { take_checkpoint(self, resume); };
+    return;
+  }
+  st.due = false;
+  st.writing = true;
+  st.on_demand_writing = std::move(st.on_demand);
+  st.on_demand.clear();
+  const uint64_t epoch = st.epoch++;
+  const auto dir = st.plan.settings.directory / checkpoint_name(epoch);
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);  // an interrupted attempt of this name
+  std::filesystem::create_directories(dir, ec);
+  if (ec) {
+    fail(self, caf::make_error(caf::sec::runtime_error, "cannot create checkpoint directory " +
+                                                            dir.string() + ": " + ec.message()));
+    return;
+  }
+  checkpoint_meta meta;
+  meta.cluster = st.plan.cluster;
+  meta.epoch = epoch;
+  meta.incarnation = st.plan.incarnation;
+  meta.mode = st.mode;
+  meta.passes = st.plan.restored_passes + st.pass;
+  meta.table = st.plan.table.name;
+  meta.dim = st.plan.table.layout.dim;
+  meta.optimizer = st.plan.table.layout.optimizer;
+  meta.with_state = st.plan.table.layout.with_state;
+  meta.partitions = st.plan.map.partitions();
+  meta.map_epoch = st.plan.map.epoch();
+  for (uint32_t p = 0; p < st.plan.map.partitions(); ++p)
+    meta.owners.push_back(st.plan.map.owner(p));
+  meta.positions = st.positions;
+  meta.batches = st.plan.restored_batches + st.summary.batches;
+  meta.examples = st.plan.restored_examples + st.summary.examples;
+  st.last_cut = st.positions;
+
+  auto missing = std::make_shared<size_t>(st.peers.shards.size());
+  auto cut_done = [self, meta, dir, resume] {
+    self->request(self->state.peers.dense, caf::infinite, checkpoint_atom::value)
+        .then(
+            [self, meta, dir, resume](std::vector<uint8_t>& dense) {
+              if (self->state.failed) return;
+              complete_checkpoint(self, meta, dir, std::move(dense));
+              resume();
+            },
+            [self](caf::error& err) { fail(self, std::move(err)); });
+  };
+  if (*missing == 0) {
+    cut_done();
+    return;
+  }
+  for (size_t i = 0; i < st.peers.shards.size(); ++i)
+    self->request(st.peers.shards[i], caf::infinite, checkpoint_atom::value, epoch,
+                  shard_checkpoint_dir(dir, static_cast<uint32_t>(i)).string())
+        .then(
+            [self, missing, cut_done](ok_atom) {
+              if (self->state.failed) return;
+              if (--*missing == 0) cut_done();
+            },
+            [self](caf::error& err) { fail(self, std::move(err)); });
+}
+
+// The end of training (data exhausted or a stop): a final checkpoint if
+// configured, then the graceful stop. The final checkpoint is complete
+// before the drain begins.
+void end_training(coordinator_pointer self) {
+  auto& st = self->state;
+  st.summary.stopped = !all_finished(st);
+  if (!st.plan.settings.enabled() || !st.plan.settings.at_stop) {
+    auto after = [self] { finish(self); };
+    if (st.writing)
+      st.after_writing = after;
+    else
+      after();
+    return;
+  }
+  take_checkpoint(self, [self] {
+    // Wait for this checkpoint's phase 2, then drain.
+    self->state.after_writing = [self] { finish(self); };
+  });
+}
+
+// --- rounds -------------------------------------------------------------------------
+
 void start_pass(coordinator_pointer self);
 
+uint64_t round_grant(const coordinator_state& st) {
+  if (st.mode == training_mode::pass) return std::max<uint64_t>(st.pass_batches, 1);
+  uint64_t grant = st.plan.settings.round_batches;
+  if (st.plan.settings.interval_batches != 0)
+    grant = grant == 0 ? st.plan.settings.interval_batches
+                       : std::min(grant, st.plan.settings.interval_batches);
+  return grant;
+}
+
 // One round: every worker not yet finished runs (pass mode: pass_batches
-// batches; async mode: to the end) and answers when its pushes are in.
+// batches; async mode: round_grant batches, 0 = to the end) and answers
+// when its pushes are in.
 void run_round(coordinator_pointer self, std::function<void()> next) {
   auto& st = self->state;
-  const uint64_t grant =
-      st.mode == training_mode::pass ? std::max<uint64_t>(st.pass_batches, 1) : 0;
+  const uint64_t grant = round_grant(st);
   auto missing = std::make_shared<size_t>(0);
   for (size_t w = 0; w < st.peers.workers.size(); ++w)
     if (!st.finished[w]) ++*missing;
@@ -127,7 +321,7 @@ void run_round(coordinator_pointer self, std::function<void()> next) {
   }
   for (size_t w = 0; w < st.peers.workers.size(); ++w) {
     if (st.finished[w]) continue;
-    self->request(st.peers.workers[w], caf::infinite, run_atom::value, grant)
+    self->request(st.peers.workers[w], caf::infinite, run_atom::value, grant, st.epoch)
         .then(
             [self, w, missing, next](const worker_result& result) {
               auto& s = self->state;
@@ -137,14 +331,28 @@ void run_round(coordinator_pointer self, std::function<void()> next) {
               s.summary.loss_sum += result.loss_sum;
               s.finished[w] = result.finished;
               s.bad_lines[w] = result.bad_lines;  // a running total per worker
+              s.positions[w] = result.position;
               if (--*missing == 0) next();
             },
             [self](caf::error& err) { fail(self, std::move(err)); });
   }
 }
 
-bool all_finished(const coordinator_state& st) {
-  return std::all_of(st.finished.begin(), st.finished.end(), [](bool f) { return f; });
+// Async mode: rounds until the data ends or a stop; a checkpoint at a
+// round's end when one is due.
+void async_round(coordinator_pointer self) {
+  run_round(self, [self] {
+    auto& s = self->state;
+    if (all_finished(s) || s.stop_requested) {
+      end_training(self);
+      return;
+    }
+    if (checkpoint_due(s) && !s.writing) {
+      take_checkpoint(self, [self] { async_round(self); });
+      return;
+    }
+    async_round(self);
+  });
 }
 
 void start_pass(coordinator_pointer self) {
@@ -158,8 +366,11 @@ void start_pass(coordinator_pointer self) {
                 auto& s = self->state;
                 ++s.summary.passes;
                 ++s.pass;
-                if (all_finished(s))
-                  finish(self);
+                // A pass boundary: every update is back in the shards.
+                if (all_finished(s) || s.stop_requested)
+                  end_training(self);
+                else if (checkpoint_due(s) && !s.writing)
+                  take_checkpoint(self, [self] { start_pass(self); });
                 else
                   start_pass(self);
               },
@@ -171,7 +382,8 @@ void start_pass(coordinator_pointer self) {
 
 coordinator_actor::behavior_type coordinator_behavior(coordinator_pointer self, training_mode mode,
                                                       uint64_t pass_batches,
-                                                      coordinator_peers peers, progress_sink sink) {
+                                                      coordinator_peers peers, progress_sink sink,
+                                                      checkpoint_plan plan) {
   auto& st = self->state;
   st.mode = mode;
   st.pass_batches = pass_batches;
@@ -179,7 +391,34 @@ coordinator_actor::behavior_type coordinator_behavior(coordinator_pointer self, 
   st.sink = std::move(sink);
   st.finished.assign(st.peers.workers.size(), false);
   st.bad_lines.assign(st.peers.workers.size(), 0);
+  st.plan = std::move(plan);
+  st.epoch = std::max<uint64_t>(st.plan.first_epoch, 1);
+  st.positions = st.plan.positions;
+  st.positions.resize(st.peers.workers.size(), 0);
+  st.last_cut = st.positions;
   return {
+      [self](checkpoint_atom) -> caf::typed_response_promise<std::string> {
+        auto& s = self->state;
+        auto promise = self->make_response_promise<std::string>();
+        if (!s.plan.settings.enabled())
+          promise.deliver(
+              caf::make_error(caf::sec::invalid_argument,
+                              "cluster '" + s.plan.cluster +
+                                  "' has no checkpoint directory (manifest: checkpoint.dir)"));
+        else if (s.failed)
+          promise.deliver(caf::make_error(caf::sec::runtime_error, "training has failed"));
+        else
+          s.on_demand.push_back(promise);  // taken at the next cut
+        return promise;
+      },
+      [self](stop_atom) { self->state.stop_requested = true; },
+      [self](tick_atom) {
+        auto& s = self->state;
+        s.due = true;
+        if (s.plan.settings.interval_seconds != 0)
+          self->delayed_send(self, std::chrono::seconds(s.plan.settings.interval_seconds),
+                             tick_atom::value);
+      },
       [self](stats_atom) {
         return actor_stats{"coordinator", 0, static_cast<uint64_t>(self->mailbox().size())};
       },
@@ -192,10 +431,13 @@ coordinator_actor::behavior_type coordinator_behavior(coordinator_pointer self, 
           return promise;
         }
         s.run = promise;
+        if (s.plan.settings.enabled() && s.plan.settings.interval_seconds != 0)
+          self->delayed_send(self, std::chrono::seconds(s.plan.settings.interval_seconds),
+                             tick_atom::value);
         if (s.mode == training_mode::pass)
           start_pass(self);
         else
-          run_round(self, [self] { finish(self); });
+          async_round(self);
         return promise;
       },
       [self](progress_atom, const progress_report& report) {
@@ -221,8 +463,9 @@ coordinator_actor::behavior_type coordinator_behavior(coordinator_pointer self, 
 
 coordinator_actor spawn_coordinator(caf::actor_system& system, training_mode mode,
                                     uint64_t pass_batches, coordinator_peers peers,
-                                    progress_sink sink) {
-  return system.spawn(coordinator_behavior, mode, pass_batches, std::move(peers), std::move(sink));
+                                    progress_sink sink, checkpoint_plan plan) {
+  return system.spawn(coordinator_behavior, mode, pass_batches, std::move(peers), std::move(sink),
+                      std::move(plan));
 }
 
 void training_cluster::stop() {
@@ -256,7 +499,8 @@ expected<training_cluster> spawn_training_cluster(caf::actor_system& system,
     cluster.stop();
     return err;
   };
-  for (const auto& shard : config.shards) {
+  for (auto shard : config.shards) {
+    shard.chain.incarnation = config.incarnation;
     auto spawned = spawn_shard(system, shard);
     if (!spawned) return stop_on_error(spawned.err());
     cluster.shards.push_back(*spawned);
@@ -269,7 +513,8 @@ expected<training_cluster> spawn_training_cluster(caf::actor_system& system,
   }
   cluster.dense = spawn_dense(
       system, config.dense,
-      seams.initial_dense ? *seams.initial_dense : model::ctr_model(config.model).initial_dense());
+      seams.initial_dense ? *seams.initial_dense : model::ctr_model(config.model).initial_dense(),
+      config.restored_dense);
   const row_layout& layout = config.table.layout;
   for (size_t w = 0; w < config.workers.size(); ++w) {
     const auto& wc = config.workers[w];
@@ -290,14 +535,36 @@ expected<training_cluster> spawn_training_cluster(caf::actor_system& system,
       if (!opened) return stop_on_error(opened.err());
       batches = std::move(*opened);
     }
-    std::shared_ptr<gradient_source> gradients =
-        seams.gradients ? seams.gradients(wc) : make_model_gradients(config.model);
+    std::shared_ptr<gradient_source> gradients;
+    if (seams.gradients)
+      gradients = seams.gradients(wc);
+    else if (config.gradients == gradient_kind::count)
+      gradients = make_count_gradients(layout.dim);
+    else
+      gradients = make_model_gradients(config.model);
     cluster.workers.push_back(spawn_worker(system, wc, layout, std::move(peers), std::move(batches),
                                            std::move(gradients)));
   }
+  checkpoint_plan plan;
+  plan.settings = config.checkpoint;
+  plan.cluster = config.name;
+  plan.table = config.table;
+  plan.map = cluster.map;
+  plan.incarnation = config.incarnation;
+  plan.first_epoch = config.first_epoch;
+  for (const auto& wc : config.workers) plan.positions.push_back(wc.skip_batches);
+  plan.restored_passes = config.restored_passes;
+  plan.restored_batches = config.restored_batches;
+  plan.restored_examples = config.restored_examples;
+  if (plan.settings.enabled()) {
+    // Never reuse the name of an earlier (possibly interrupted) checkpoint.
+    plan.first_epoch =
+        std::max(plan.first_epoch, highest_checkpoint_epoch(plan.settings.directory) + 1);
+  }
   cluster.coordinator = spawn_coordinator(
       system, config.mode, config.pass_batches,
-      coordinator_peers{cluster.workers, cluster.caches, cluster.shards}, std::move(sink));
+      coordinator_peers{cluster.workers, cluster.caches, cluster.shards, cluster.dense},
+      std::move(sink), std::move(plan));
   return cluster;
 }
 

@@ -9,6 +9,16 @@
 //               are all in the caches; pass_end(p) to every cache tier
 //               (each writes its dirty rows back to the shards), then the
 //               next pass, until every worker's data has ended.
+// Async mode trains in rounds (checkpoint_settings::round_batches per
+// worker); the end of a round or a pass is a cut: every worker's pushes are
+// acknowledged (pass mode: caches written back), so a checkpoint taken
+// there holds exactly the batches before each worker's position. Pushes
+// carry the epoch of the next checkpoint; a shard refuses a cut after a
+// push of a later epoch. Checkpoints: every interval_batches per worker,
+// every interval_seconds (a timer), on demand (checkpoint_atom), and at the
+// end or a stop (stop_atom: the run ends at the next cut, stopped = true).
+// A checkpoint's cut pauses training only for the flush of dirty rows; the
+// copies and FILES complete while the next round runs.
 // Then the graceful stop: drain every cache tier (write-back), then every
 // shard (every dirty row written down, LMDB synced), then the summary is
 // the reply to run. Workers report progress per batch; the coordinator
@@ -43,11 +53,24 @@ struct coordinator_peers {
   std::vector<worker_actor> workers;
   std::vector<cache_tier_actor> caches;
   std::vector<shard_actor> shards;
+  dense_actor dense;  // its record goes into checkpoints
+};
+
+// What the coordinator needs to take checkpoints (docs/checkpoints.md).
+struct checkpoint_plan {
+  checkpoint_settings settings;  // no directory: no checkpoints
+  std::string cluster;
+  table_config table;
+  partition_map map;
+  uint16_t incarnation = 0;
+  uint64_t first_epoch = 1;         // epoch of the next checkpoint
+  std::vector<uint64_t> positions;  // per worker, where its stream starts (restored)
+  uint64_t restored_passes = 0, restored_batches = 0, restored_examples = 0;
 };
 
 coordinator_actor spawn_coordinator(caf::actor_system& system, training_mode mode,
                                     uint64_t pass_batches, coordinator_peers peers,
-                                    progress_sink sink = {});
+                                    progress_sink sink = {}, checkpoint_plan plan = {});
 
 // Where each worker's batches and gradients come from, and the dense
 // actor's initial weights. Unset members take the defaults: the reader over

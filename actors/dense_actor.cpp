@@ -1,6 +1,7 @@
 #include "actors/dense_actor.hpp"
 
 #include <caf/all.hpp>
+#include <cstring>
 
 #include "tiers/optimizer.hpp"
 #include "tiers/row.hpp"
@@ -29,15 +30,20 @@ optimizer_config dense_optimizer(const dense_config& config) {
 }
 
 dense_actor spawn_dense(caf::actor_system& system, const dense_config& config,
-                        std::vector<float> initial) {
+                        std::vector<float> initial, std::vector<uint8_t> restored) {
   auto behavior = [](dense_actor::stateful_pointer<dense_state> self, dense_config cfg,
-                     std::vector<float> weights) -> dense_actor::behavior_type {
+                     std::vector<float> weights,
+                     std::vector<uint8_t> restored) -> dense_actor::behavior_type {
     auto& st = self->state;
     st.layout = row_layout{static_cast<uint32_t>(weights.size()), optimizer_kind::adam, true};
     st.optimizer = dense_optimizer(cfg);
     st.record.assign(st.layout.record_bytes(), std::byte{0});
-    std::copy(weights.begin(), weights.end(), weights_of(st.record.data()));
-    init_optimizer_state(st.optimizer, st.layout, st.record.data());
+    if (restored.size() == st.record.size()) {
+      std::memcpy(st.record.data(), restored.data(), restored.size());
+    } else {
+      std::copy(weights.begin(), weights.end(), weights_of(st.record.data()));
+      init_optimizer_state(st.optimizer, st.layout, st.record.data());
+    }
     return {
         [self](push_dense_atom, const std::vector<float>& grads) -> caf::result<uint64_t> {
           auto& s = self->state;
@@ -60,9 +66,15 @@ dense_actor spawn_dense(caf::actor_system& system, const dense_config& config,
         [self](stats_atom) {
           return actor_stats{"dense", 0, static_cast<uint64_t>(self->mailbox().size())};
         },
+        [self](checkpoint_atom) {
+          const auto& r = self->state.record;
+          std::vector<uint8_t> out(r.size());
+          std::memcpy(out.data(), r.data(), r.size());
+          return out;
+        },
     };
   };
-  return system.spawn(behavior, config, std::move(initial));
+  return system.spawn(behavior, config, std::move(initial), std::move(restored));
 }
 
 }  // namespace strata::actors

@@ -22,8 +22,10 @@ namespace strata::actors {
 // Spawns a dense actor starting from `initial` weights (e.g.
 // ctr_model::initial_dense()). A push whose size differs from the weights'
 // is answered with an error (invalid_argument) and changes nothing.
+// `restored`: a record from a checkpoint (checkpoint_atom's answer); used
+// instead of `initial` when its size matches the layout.
 dense_actor spawn_dense(caf::actor_system& system, const dense_config& config,
-                        std::vector<float> initial);
+                        std::vector<float> initial, std::vector<uint8_t> restored = {});
 
 // The optimizer configuration the dense actor runs (Adam, no L2).
 optimizer_config dense_optimizer(const dense_config& config);

@@ -139,6 +139,9 @@ expected<training_report> train(caf::actor_system& system, const cluster_config&
       report.seconds > 0 ? static_cast<double>(report.examples) / report.seconds : 0;
   report.train_loss = summary->tail_loss;
   report.bad_lines = summary->bad_lines;
+  report.checkpoints = summary->checkpoints;
+  report.last_checkpoint = summary->last_checkpoint;
+  report.stopped = summary->stopped;
 
   auto heldout = evaluate(self, config, *cluster);
   if (!heldout) return heldout.err();

@@ -36,6 +36,9 @@ struct training_report {
   uint64_t bad_lines = 0;
   std::vector<tier_stats> tiers;  // every shard and cache tier, after the evaluation
   uint64_t stored_keys = 0;       // distinct keys with a row (DRAM + LMDB, after drain)
+  uint64_t checkpoints = 0;       // checkpoints completed during the run
+  std::string last_checkpoint;    // directory of the last one ("" if none)
+  bool stopped = false;           // a stop request ended training before the data did
 };
 
 using progress_callback = std::function<void(const training_progress&)>;

@@ -34,6 +34,8 @@ using run_atom = caf::atom_constant<caf::atom("run")>;
 using stop_atom = caf::atom_constant<caf::atom("stop")>;
 using progress_atom = caf::atom_constant<caf::atom("progress")>;
 using ok_atom = caf::atom_constant<caf::atom("ok")>;
+using checkpoint_atom = caf::atom_constant<caf::atom("checkpoint")>;
+using copied_atom = caf::atom_constant<caf::atom("copied")>;
 
 // --- message types ----------------------------------------------------------
 struct row_batch {
@@ -215,14 +217,26 @@ using shard_actor = caf::typed_actor<
     // The batch clock for access ticks and TTL.
     caf::reacts_to<tick_atom, uint32_t>,
     // Graceful stop: every dirty row written down and LMDB synced.
-    caf::replies_to<drain_atom>::with<ok_atom>, caf::replies_to<stats_atom>::with<tier_stats>>;
+    caf::replies_to<drain_atom>::with<ok_atom>, caf::replies_to<stats_atom>::with<tier_stats>,
+    // Checkpoint cut (epoch, shard's directory in the checkpoint): every
+    // dirty row is flushed, then ssd_flush is told to copy the environment
+    // (compacted) into the directory; the admission sketch and TTL clock
+    // are written there. Answers once the copy is queued behind the cut's
+    // last flush, so later writes cannot enter it: training may go on. A
+    // push tagged with a later epoch seen before the cut is an error.
+    caf::replies_to<checkpoint_atom, uint64_t, std::string>::with<ok_atom>,
+    // Waits for the copy of checkpoint `epoch`; answers its row count.
+    caf::replies_to<copied_atom, uint64_t>::with<uint64_t>>;
 
 // Owns the write side of one LMDB environment: writes a batch in one
 // transaction and answers with its sequence number once committed.
 using ssd_flush_actor = caf::typed_actor<
     // Answers (seq, seconds the LMDB write transaction took).
     caf::replies_to<flush_atom, uint64_t, row_batch>::with<uint64_t, double>,
-    caf::replies_to<drain_atom>::with<ok_atom>>;
+    caf::replies_to<drain_atom>::with<ok_atom>,
+    // Syncs, then writes a compacted copy of the environment into the
+    // (existing, empty) directory; answers the table's live row count.
+    caf::replies_to<checkpoint_atom, std::string>::with<uint64_t>>;
 
 // One HBM cache (CPU backend here) in front of the shards.
 using cache_tier_actor =
@@ -240,7 +254,10 @@ using cache_tier_actor =
 using dense_actor =
     caf::typed_actor<caf::replies_to<push_dense_atom, std::vector<float>>::with<uint64_t>,
                      caf::replies_to<pull_dense_atom>::with<dense_weights>,
-                     caf::replies_to<stats_atom>::with<actor_stats>>;
+                     caf::replies_to<stats_atom>::with<actor_stats>,
+                     // The whole record (row format: weights, Adam m, v,
+                     // step) as bytes, for checkpoints.
+                     caf::replies_to<checkpoint_atom>::with<std::vector<uint8_t>>>;
 
 // Registers every message type above with a CAF config.
 void add_message_types(caf::actor_system_config& config);

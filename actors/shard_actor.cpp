@@ -2,7 +2,9 @@
 
 #include <caf/all.hpp>
 #include <deque>
+#include <fstream>
 #include <map>
+#include <optional>
 
 #include "actors/error.hpp"
 #include "actors/row_batch_util.hpp"
@@ -40,6 +42,21 @@ struct shard_metrics {
   std::map<uint64_t, double> flush_started;  // seq -> time sent
 };
 
+// A checkpoint's copy, from the cut until ssd_flush answers.
+struct checkpoint_copy {
+  bool done = false;
+  uint64_t rows = 0;
+  caf::error failure;
+  std::vector<caf::typed_response_promise<uint64_t>> waiters;
+};
+
+// A cut waiting for the flushes before it.
+struct pending_cut {
+  uint64_t epoch = 0;
+  std::string dir;
+  caf::typed_response_promise<ok_atom> promise;
+};
+
 struct shard_state {
   shard_config config;
   shard_metrics metrics;
@@ -49,13 +66,69 @@ struct shard_state {
   std::map<uint64_t, row_batch> in_flight;  // seq -> batch (kept for a retry)
   std::vector<caf::typed_response_promise<ok_atom>> drain_waiters;
   bool draining = false;
-  caf::error flush_error;  // a flush that failed twice; drain reports it
+  caf::error flush_error;                      // a flush that failed twice; drain reports it
+  uint64_t max_push_epoch = 0;                 // highest checkpoint epoch a push carried
+  std::optional<pending_cut> cut;              // at most one cut at a time
+  std::map<uint64_t, checkpoint_copy> copies;  // by epoch
   static inline const char* name = "shard";
 };
 
 using shard_pointer = shard_actor::stateful_pointer<shard_state>;
 
 void maybe_flush(shard_pointer self);
+
+// Writes the admission sketch's counters (if any) and the TTL clock into the
+// shard's checkpoint directory. Errors name the file.
+caf::error write_cut_state(shard_state& st, const std::string& dir) {
+  const auto path = std::filesystem::path(dir) / "shard.state";
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  const uint32_t tick = st.chain->tick();
+  const count_min_sketch* sketch = st.chain->sketch();
+  const uint64_t words = sketch ? sketch->counters().size() : 0;
+  out.write(reinterpret_cast<const char*>(&tick), sizeof tick);
+  out.write(reinterpret_cast<const char*>(&words), sizeof words);
+  if (sketch)
+    out.write(reinterpret_cast<const char*>(sketch->counters().data()),
+              static_cast<std::streamsize>(words * sizeof(uint16_t)));
+  out.flush();
+  if (!out) return caf::make_error(caf::sec::runtime_error, "cannot write " + path.string());
+  return {};
+}
+
+// Every row of the cut is in LMDB (nothing in flight, nothing queued): the
+// copy is queued to ssd_flush now, ahead of any later flush (FIFO), so it
+// holds exactly the cut's state; the cut is answered at once.
+void take_cut(shard_pointer self) {
+  auto& st = self->state;
+  pending_cut cut = std::move(*st.cut);
+  st.cut.reset();
+  if (st.drain_waiters.empty()) st.draining = false;
+  if (auto err = write_cut_state(st, cut.dir)) {
+    cut.promise.deliver(std::move(err));
+    return;
+  }
+  const uint64_t epoch = cut.epoch;
+  st.copies[epoch];
+  self->request(st.flusher, caf::infinite, checkpoint_atom::value, cut.dir)
+      .then(
+          [self, epoch](uint64_t rows) {
+            auto& c = self->state.copies[epoch];
+            c.done = true;
+            c.rows = rows;
+            if (c.waiters.empty()) return;  // copied(epoch) picks it up later
+            for (auto& p : c.waiters) p.deliver(rows);
+            self->state.copies.erase(epoch);
+          },
+          [self, epoch](caf::error& err) {
+            auto& c = self->state.copies[epoch];
+            c.done = true;
+            c.failure = err;
+            if (c.waiters.empty()) return;
+            for (auto& p : c.waiters) p.deliver(err);
+            self->state.copies.erase(epoch);
+          });
+  cut.promise.deliver(ok_atom::value);
+}
 
 void send_flush(shard_pointer self, uint64_t seq, bool retry) {
   auto& st = self->state;
@@ -82,6 +155,10 @@ void send_flush(shard_pointer self, uint64_t seq, bool retry) {
             self->state.flush_error = std::move(err);
             for (auto& p : self->state.drain_waiters) p.deliver(self->state.flush_error);
             self->state.drain_waiters.clear();
+            if (self->state.cut) {
+              self->state.cut->promise.deliver(self->state.flush_error);
+              self->state.cut.reset();
+            }
           });
 }
 
@@ -98,6 +175,7 @@ void maybe_flush(shard_pointer self) {
     st.in_flight.emplace(seq, to_batch(rows));
     send_flush(self, seq, false);
   }
+  if (st.draining && st.in_flight.empty() && wb.queued_rows() == 0 && st.cut) take_cut(self);
   if (st.draining && st.in_flight.empty() && wb.queued_rows() == 0 && !st.drain_waiters.empty()) {
     // Everything is written: make it durable, then answer.
     auto waiters = std::move(st.drain_waiters);
@@ -123,6 +201,11 @@ shard_actor::behavior_type shard_behavior(shard_pointer self, shard_config confi
   st.flusher = flusher;
   st.read_timer = std::make_unique<lmdb_read_timer>(st.config.clock, &st.metrics.lmdb_read);
   st.chain->set_observer(st.read_timer.get());
+  // A restored shard: the TTL clock and admission sketch of the checkpoint.
+  st.chain->set_tick(st.config.restored_tick);
+  if (auto* sketch = st.chain->sketch();
+      sketch && st.config.restored_sketch.size() == sketch->counters().size())
+    sketch->load(st.config.restored_sketch);
   self->link_to(flusher);
   const row_layout layout = st.config.table.layout;
   return {
@@ -145,6 +228,7 @@ shard_actor::behavior_type shard_behavior(shard_pointer self, shard_config confi
                                  "push of " + std::to_string(req.keys.size()) + " keys carries " +
                                      std::to_string(req.grads.size()) + " floats, expected dim " +
                                      std::to_string(layout.dim) + " each");
+        self->state.max_push_epoch = std::max(self->state.max_push_epoch, req.epoch);
         auto s = chain.push(req.keys, req.grads.data(), layout.dim, nullptr);
         if (!s) return to_caf(s.err());
         // Reply with the updated rows of the distinct keys.
@@ -200,6 +284,56 @@ shard_actor::behavior_type shard_behavior(shard_pointer self, shard_config confi
         st.drain_waiters.push_back(promise);
         st.draining = true;
         maybe_flush(self);
+        return promise;
+      },
+      [self, layout](checkpoint_atom, uint64_t epoch,
+                     const std::string& dir) -> caf::result<ok_atom> {
+        auto& st = self->state;
+        if (st.flush_error) return st.flush_error;
+        if (st.cut)
+          return caf::make_error(caf::sec::invalid_argument,
+                                 "shard " + std::to_string(st.config.index) +
+                                     ": a checkpoint cut is already in progress");
+        if (st.max_push_epoch > epoch)
+          return caf::make_error(caf::sec::runtime_error,
+                                 "shard " + std::to_string(st.config.index) + ": checkpoint " +
+                                     std::to_string(epoch) + " cut after a push of epoch " +
+                                     std::to_string(st.max_push_epoch) +
+                                     " arrived: the cut would not be consistent");
+        std::error_code ec;
+        std::filesystem::create_directories(dir, ec);
+        if (ec)
+          return caf::make_error(caf::sec::runtime_error,
+                                 "cannot create checkpoint directory " + dir + ": " + ec.message());
+        // Every dirty DRAM row joins the write-behind queue, all of it is
+        // flushed, then take_cut() queues the copy.
+        row_buffer dirty(layout);
+        auto s = st.chain->dram().take_dirty(dirty);
+        if (!s) return to_caf(s.err());
+        row_buffer none(layout);
+        s = st.chain->write_behind().store(dirty.keys(), dirty.rows(), true, none);
+        if (!s) return to_caf(s.err());
+        auto promise = self->make_response_promise<ok_atom>();
+        st.cut = pending_cut{epoch, dir, promise};
+        st.draining = true;
+        maybe_flush(self);
+        return promise;
+      },
+      [self](copied_atom, uint64_t epoch) -> caf::result<uint64_t> {
+        auto& st = self->state;
+        auto it = st.copies.find(epoch);
+        if (it == st.copies.end())
+          return caf::make_error(caf::sec::invalid_argument,
+                                 "shard " + std::to_string(st.config.index) +
+                                     ": no checkpoint copy of epoch " + std::to_string(epoch));
+        if (it->second.done) {
+          auto c = std::move(it->second);
+          st.copies.erase(it);
+          if (c.failure) return c.failure;
+          return c.rows;
+        }
+        auto promise = self->make_response_promise<uint64_t>();
+        it->second.waiters.push_back(promise);
         return promise;
       },
       [self](stats_atom) -> tier_stats {

@@ -31,6 +31,14 @@ ssd_flush_actor::behavior_type flush_behavior(ssd_flush_actor::stateful_pointer<
         if (!st) return to_caf(st.err());
         return {seq, self->state.clock->now_seconds() - start};
       },
+      [self](checkpoint_atom, const std::string& dir) -> caf::result<uint64_t> {
+        lmdb_tier& tier = *self->state.writer;
+        auto st = tier.sync();
+        if (!st) return to_caf(st.err());
+        st = tier.copy_compacted(dir);
+        if (!st) return to_caf(st.err());
+        return uint64_t{tier.size()};
+      },
       [self](drain_atom) -> caf::result<ok_atom> {
         auto st = self->state.writer->sync();
         if (!st) return to_caf(st.err());

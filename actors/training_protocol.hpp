@@ -8,6 +8,7 @@
 
 #include <caf/all.hpp>
 #include <cstdint>
+#include <string>
 
 #include "actors/protocol.hpp"
 
@@ -23,11 +24,12 @@ struct worker_result {
   double loss_sum = 0;     // sum of per-example logloss during this run
   uint64_t bad_lines = 0;  // skipped input lines so far (whole stream)
   bool finished = false;   // no more data (or max_batches reached)
+  uint64_t position = 0;   // data position: batches of the stream trained, whole stream
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, worker_result& x) {
   return f(caf::meta::type_name("worker_result"), x.worker, x.batches, x.examples, x.loss_sum,
-           x.bad_lines, x.finished);
+           x.bad_lines, x.finished, x.position);
 }
 
 // The coordinator's answer to run, sent after the graceful stop (pushes
@@ -38,20 +40,24 @@ struct training_summary {
   double loss_sum = 0;   // sum of per-example logloss over the whole run
   double tail_loss = 0;  // mean per-example logloss over the last 10% of batches
   uint64_t bad_lines = 0;
-  uint64_t passes = 0;  // pass mode: passes cut (0 in async mode)
+  uint64_t passes = 0;          // pass mode: passes cut (0 in async mode)
+  uint64_t checkpoints = 0;     // checkpoints completed during the run
+  std::string last_checkpoint;  // directory of the last one ("" if none)
+  bool stopped = false;         // a stop request ended the run before the data did
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, training_summary& x) {
   return f(caf::meta::type_name("training_summary"), x.batches, x.examples, x.loss_sum, x.tail_loss,
-           x.bad_lines, x.passes);
+           x.bad_lines, x.passes, x.checkpoints, x.last_checkpoint, x.stopped);
 }
 
 // A worker: one data stream and a model replica.
 using worker_actor = caf::typed_actor<
-    // Train `batches` more batches (0: until the data ends), then reply once
-    // their pushes are acknowledged. Progress reports go to the sender of
-    // run, which must be a coordinator_actor. One run at a time.
-    caf::replies_to<run_atom, uint64_t>::with<worker_result>,
+    // Train `batches` more batches (0: until the data ends), tagging their
+    // pushes with checkpoint epoch `epoch`, then reply once their pushes
+    // are acknowledged. Progress reports go to the sender of run, which
+    // must be a coordinator_actor. One run at a time.
+    caf::replies_to<run_atom, uint64_t, uint64_t>::with<worker_result>,
     // Mailbox depth, for metrics.
     caf::replies_to<stats_atom>::with<actor_stats>>;
 
@@ -63,6 +69,15 @@ using coordinator_actor = caf::typed_actor<
     caf::replies_to<run_atom>::with<training_summary>,
     // A worker's progress since its last report.
     caf::reacts_to<progress_atom, progress_report>,
+    // On demand: take a checkpoint at the next cut (round or pass
+    // boundary); answers its directory once complete (FILES written).
+    // Errors if the cluster has no checkpoint directory.
+    caf::replies_to<checkpoint_atom>::with<std::string>,
+    // Graceful stop: end training at the next cut, take a final checkpoint
+    // (if configured), drain; run then answers with stopped = true.
+    caf::reacts_to<stop_atom>,
+    // The periodic checkpoint timer (internal).
+    caf::reacts_to<tick_atom>,
     // Mailbox depth, for metrics.
     caf::replies_to<stats_atom>::with<actor_stats>>;
 

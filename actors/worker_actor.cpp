@@ -54,6 +54,23 @@ class model_gradients final : public gradient_source {
   model::ctr_model model_;
 };
 
+// Each sighting of a key pushes -1 to every element: with SGD, learning
+// rate 1 and zeros, every weight counts its key's sightings exactly (sums
+// below 2^24). No loss, no dense gradient.
+class count_gradients final : public gradient_source {
+ public:
+  explicit count_gradients(uint32_t dim) : dim_(dim) {}
+  model::batch_result compute(const model::batch& batch, std::span<const float>,
+                              std::span<const float>) override {
+    model::batch_result out;
+    out.row_grads.assign(batch.keys().size() * dim_, -1.0f);
+    return out;
+  }
+
+ private:
+  uint32_t dim_;
+};
+
 // --- the worker ----------------------------------------------------------------
 
 // A batch read ahead: its distinct keys split into routes, one per cache
@@ -92,6 +109,9 @@ struct worker_state {
   uint32_t dense_pushes_outstanding = 0;
   uint32_t in_flight = 0;  // batches with pushes not yet acknowledged
   uint64_t steps = 0;
+  uint64_t position = 0;  // batches of the stream trained, skipped ones included
+  bool skipped = false;   // the restored position has been skipped
+  uint64_t epoch = 0;     // checkpoint epoch the current run's pushes carry
 
   // The current run.
   std::optional<caf::typed_response_promise<worker_result>> run;
@@ -141,6 +161,27 @@ bool may_start_batch(const worker_state& st) {
 // Reads batches until prefetch_depth batches wait behind the head.
 void read_ahead(worker_pointer self) {
   auto& st = self->state;
+  if (!st.skipped) {
+    // Resumed from a checkpoint: the batches before the recorded position
+    // were trained by the run that took it; read past them.
+    st.skipped = true;
+    for (uint64_t i = 0; i < st.config.skip_batches; ++i) {
+      auto batch = st.source->next(st.config.batch_size);
+      if (!batch) {
+        fail(self, caf::make_error(
+                       caf::sec::runtime_error,
+                       "worker " + std::to_string(st.config.index) +
+                           ": skipping to the checkpoint's position: " + batch.err().to_string()));
+        return;
+      }
+      if (batch->examples.empty()) {
+        st.data_end = true;
+        break;
+      }
+      ++st.batches_read;
+      ++st.position;
+    }
+  }
   const size_t target = size_t{st.config.prefetch_depth} + 1;
   while (st.ahead.size() < target && !st.data_end) {
     if (st.config.max_batches != 0 && st.batches_read >= st.config.max_batches) {
@@ -204,6 +245,7 @@ void train_head(worker_pointer self) {
   for (size_t r = 0; r < head.route_keys.size(); ++r) {
     if (head.route_keys[r].empty()) continue;
     push_request push;
+    push.epoch = st.epoch;
     push.keys = std::move(head.route_keys[r]);
     push.grads.resize(push.keys.size() * dim);
     std::vector<bool> seen(push.keys.size(), false);
@@ -259,6 +301,7 @@ void train_head(worker_pointer self) {
 
   st.ahead.pop_front();
   st.lookup_outstanding = false;
+  ++st.position;
 }
 
 void lookup_head(worker_pointer self) {
@@ -310,6 +353,7 @@ void finish_run_if_done(worker_pointer self) {
   st.result.worker = st.config.index;
   st.result.bad_lines = st.source->bad_lines();
   st.result.finished = exhausted;
+  st.result.position = st.position;
   st.run->deliver(st.result);
   st.run.reset();
 }
@@ -355,7 +399,8 @@ worker_actor::behavior_type worker_behavior(worker_pointer self, worker_config c
         return actor_stats{"worker", self->state.config.index,
                            static_cast<uint64_t>(self->mailbox().size())};
       },
-      [self](run_atom, uint64_t batches) -> caf::typed_response_promise<worker_result> {
+      [self](run_atom, uint64_t batches,
+             uint64_t epoch) -> caf::typed_response_promise<worker_result> {
         auto& s = self->state;
         // Before make_response_promise, which takes over the sender.
         auto sender = caf::actor_cast<coordinator_actor>(self->current_sender());
@@ -373,6 +418,7 @@ worker_actor::behavior_type worker_behavior(worker_pointer self, worker_config c
         s.report_to = std::move(sender);
         s.run = promise;
         s.grant = batches;
+        s.epoch = epoch;
         s.started_in_run = 0;
         s.result = worker_result{};
         pump(self);
@@ -392,6 +438,10 @@ expected<std::unique_ptr<batch_source>> open_reader_source(const worker_config& 
 
 std::unique_ptr<gradient_source> make_model_gradients(const model::model_config& config) {
   return std::make_unique<model_gradients>(config);
+}
+
+std::unique_ptr<gradient_source> make_count_gradients(uint32_t dim) {
+  return std::make_unique<count_gradients>(dim);
 }
 
 worker_actor spawn_worker(caf::actor_system& system, const worker_config& config,

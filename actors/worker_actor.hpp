@@ -63,6 +63,10 @@ expected<std::unique_ptr<batch_source>> open_reader_source(const worker_config& 
 // Gradients of the CTR model (model::ctr_model::forward_backward).
 std::unique_ptr<gradient_source> make_model_gradients(const model::model_config& config);
 
+// The count objective (gradient_kind::count): -1 per sighting on every
+// element of the key's row of dim `dim`.
+std::unique_ptr<gradient_source> make_count_gradients(uint32_t dim);
+
 // What a worker talks to.
 struct worker_peers {
   training_mode mode = training_mode::async;

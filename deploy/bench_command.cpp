@@ -5,6 +5,7 @@
 #include <iostream>
 #include <system_error>
 
+#include "bench/checkpoint_bench.hpp"
 #include "bench/e2e_bench.hpp"
 #include "bench/report.hpp"
 #include "deploy/commands.hpp"
@@ -25,13 +26,14 @@ void add_bench_command(CLI::App& app, int& exit_code) {
     std::string dir;
     std::string manifest = "deploy/examples/local.yaml";
     uint64_t rows = 200000;
+    uint64_t checkpoint_rows = 10000000;
     std::string torch_script = STRATA_SOURCE_DIR "/bench/torch_baseline.py";
   };
   auto opts = std::make_shared<options>();
   auto* cmd = app.add_subcommand("bench", "benchmarks, side by side with their baselines");
-  cmd->add_option("suite", opts->suite, "suite to run: tiers, e2e, gpu")
+  cmd->add_option("suite", opts->suite, "suite to run: tiers, e2e, gpu, checkpoint")
       ->required()
-      ->check(CLI::IsMember({"tiers", "e2e", "gpu"}));
+      ->check(CLI::IsMember({"tiers", "e2e", "gpu", "checkpoint"}));
   cmd->add_flag("--json", opts->json, "one JSON object per result line");
   cmd->add_option("--json-out", opts->json_out,
                   "also write the results as JSON lines to this file (for bench/plot.sh)");
@@ -39,7 +41,9 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--keys", opts->keys,
                   "tiers: LMDB keys (default 1000000; 10000000 for the full size); "
                   "e2e: distinct keys of the generated data (default 200000)");
-  cmd->add_option("--rows", opts->rows, "e2e: training rows (default 200000; 50000 held out)");
+  cmd->add_option("--rows", opts->rows,
+                  "e2e: training rows (default 200000; 50000 held out); checkpoint: rows in the "
+                  "checkpointed LMDB environment (default 10000000)");
   cmd->add_option("--manifest", opts->manifest,
                   "e2e: model, tiers and workers (default deploy/examples/local.yaml)");
   cmd->add_option("--torch-script", opts->torch_script, "e2e: the PyTorch baseline script");
@@ -61,6 +65,16 @@ void add_bench_command(CLI::App& app, int& exit_code) {
         o.work_dir = work_dir;
         bench::run_dram_bench(o, report);
         bench::run_lmdb_bench(o, report);
+      } else if (opts->suite == "checkpoint") {
+        auto m = deploy::load_manifest(opts->manifest);
+        if (!m) throw std::runtime_error(m.err().to_string());
+        bench::checkpoint_bench_options o;
+        o.base = m->cluster;
+        o.rows = cmd->count("--rows") ? opts->rows : (opts->small ? 20000 : 10000000);
+        o.train_rows = opts->small ? 20000 : 200000;
+        o.distinct_keys = opts->small ? 20000 : 200000;
+        o.work_dir = work_dir;
+        bench::run_checkpoint_bench(o, report);
       } else if (opts->suite == "gpu") {
 #if STRATA_WITH_GPU_BENCH
         bench::gpu_bench_options o;

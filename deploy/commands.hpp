@@ -18,13 +18,21 @@ void add_validate_command(CLI::App& app, int& exit_code);
 // synthetic Criteo-layout data with a planted model (model/datagen.hpp).
 void add_datagen_command(CLI::App& app, int& exit_code);
 
-// `strata launch MANIFEST`: validates, generates the data if the manifest
-// asks for it and it is absent, trains the one-node cluster in this process
-// with a progress line on stderr, and prints the report on stdout.
+// `strata launch MANIFEST [--resume[=DIR]]`: runs each node of the
+// manifest as a supervised child process (`strata node`) and applies the
+// crash policy (checkpoint.on_failure); SIGINT/SIGTERM stop the nodes
+// gracefully (each takes a final checkpoint).
 void add_launch_command(CLI::App& app, int& exit_code);
 
-// `strata checkpoint verify DIR`: checks a checkpoint directory's file list
-// (sizes and CRC32C of every file); names the file and the problem.
+// `strata node --manifest M --node NAME [--resume DIR]`: validates,
+// generates the data if asked and absent, restores a checkpoint if asked,
+// trains the node's cluster in this process with a progress line on
+// stderr, and prints the report on stdout.
+void add_node_command(CLI::App& app, int& exit_code);
+
+// `strata checkpoint verify DIR [--manifest M]`: checks a checkpoint's file
+// list (sizes, CRC32C), metadata, every row of every shard copy and, with a
+// manifest, the table layout; names the file and the problem.
 void add_checkpoint_command(CLI::App& app, int& exit_code);
 
 }  // namespace strata::cli

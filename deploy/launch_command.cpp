@@ -1,31 +1,43 @@
-// `strata launch MANIFEST`: the one-node cluster in this process.
+// `strata node --manifest M --node NAME [--resume DIR]`: one node of a
+// manifest in this process, and `strata launch MANIFEST [--resume[=DIR]]`:
+// a supervisor (deploy/supervisor.hpp) that runs each node as its own
+// child process of this binary and applies the manifest's crash policy.
 //
-// Steps, each announced on stdout: validate the manifest; generate the data
-// if the manifest has a `data.generate` block and the file is absent; cut
-// the training and held-out windows; start from empty shard state (the
-// previous run's LMDB environments under shards.ssd_path are removed:
-// without --resume, which comes with checkpoints, a run starts fresh);
-// train with a progress line on stderr; print the report. With a
+// A node's steps, each announced on stdout: validate the manifest;
+// generate the data if the manifest has a `data.generate` block and the
+// file is absent; cut the training and held-out windows; clear the shard
+// state (the previous run's LMDB environments under shards.ssd_path are
+// removed); with --resume, restore the checkpoint into them (never the live
+// files a killed process left); train with a progress line on stderr
+// (SIGINT/SIGTERM: a graceful stop at the next cut, with a final
+// checkpoint); print the report. With a
 // `metrics` port, /metrics is served from before training starts; after
 // training the report's values are frozen there and served for
 // metrics.linger_seconds (the report is printed first), then the node stops.
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <string>
 #include <system_error>
 #include <thread>
 
+#include "actors/checkpoint.hpp"
 #include "actors/coordinator_actor.hpp"
 #include "actors/local_cluster.hpp"
 #include "deploy/cache_backend_choice.hpp"
 #include "deploy/commands.hpp"
 #include "deploy/manifest.hpp"
 #include "deploy/status_line.hpp"
+#include "deploy/supervisor.hpp"
 #include "deploy/version.hpp"
 #include "model/datagen.hpp"
 #include "monitoring/exporter.hpp"
@@ -168,6 +180,9 @@ void print_report(const deploy::manifest& m, const actors::training_report& r) {
   if (planted) std::printf("planted-model logloss: %.4f\n", planted->logloss);
   std::printf("bad lines: %llu\n", static_cast<unsigned long long>(r.bad_lines));
   std::printf("stored keys: %llu\n", static_cast<unsigned long long>(r.stored_keys));
+  if (r.stopped) std::printf("stopped: on request, before the data ended\n");
+  std::printf("checkpoints: %llu%s%s\n", static_cast<unsigned long long>(r.checkpoints),
+              r.last_checkpoint.empty() ? "" : ", last ", r.last_checkpoint.c_str());
   std::printf("tiers:\n");
   for (const auto& t : r.tiers) {
     std::printf(
@@ -189,17 +204,82 @@ void print_report(const deploy::manifest& m, const actors::training_report& r) {
   }
 }
 
-int launch(const std::string& path) {
+// SIGINT/SIGTERM in a node: a thread of its own waits for them (they are
+// blocked in every other thread) and asks the coordinator to stop at the
+// next cut. A second signal exits at once.
+class stop_on_signal {
+ public:
+  stop_on_signal() {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set, nullptr);  // before any CAF thread starts
+    std::thread([this, set] {
+      for (;;) {
+        int sig = 0;
+        if (sigwait(&set, &sig) != 0) continue;
+        std::lock_guard lock(mutex_);
+        ++signals_;
+        if (signals_ > 1) {
+          std::fprintf(stderr, "strata node: second signal; exiting without a checkpoint\n");
+          ::_exit(130);
+        }
+        std::fprintf(stderr, "\nstrata node: signal %d: stopping gracefully at the next cut\n",
+                     sig);
+        if (coordinator_) caf::anon_send(*coordinator_, actors::stop_atom::value);
+      }
+    }).detach();
+  }
+  void watch(const actors::coordinator_actor& c) {
+    std::lock_guard lock(mutex_);
+    coordinator_ = c;
+    if (signals_ > 0) caf::anon_send(c, actors::stop_atom::value);
+  }
+  void forget() {
+    std::lock_guard lock(mutex_);
+    coordinator_.reset();
+  }
+
+ private:
+  std::mutex mutex_;
+  int signals_ = 0;
+  std::optional<actors::coordinator_actor> coordinator_;
+};
+
+// The checkpoints to try, in order: DIR itself if it is one, else the
+// complete checkpoints under it, newest first (a damaged newest one falls
+// back to the one before).
+expected<std::vector<fs::path>> resume_candidates(const fs::path& dir) {
+  std::error_code ec;
+  if (fs::exists(dir / actors::checkpoint_meta_name, ec)) return std::vector<fs::path>{dir};
+  auto all = actors::complete_checkpoints(dir);
+  if (all.empty())
+    return error(errc::not_found, dir.string() +
+                                      ": no complete checkpoint there (a checkpoint "
+                                      "directory has a FILES list once complete)");
+  std::reverse(all.begin(), all.end());
+  return all;
+}
+
+int run_node(const std::string& path, const std::string& node, const std::string& resume) {
   auto fail = [](const error& e) {
     std::fflush(stdout);
-    std::cerr << "strata launch: " << e.message() << '\n';
+    std::cerr << "strata node: " << e.message() << '\n';
     return 1;
   };
+  // Lives as long as the process: its signal thread is never joined.
+  static stop_on_signal& signals = *new stop_on_signal;
   auto loaded = deploy::load_manifest(path);
   if (!loaded) return fail(loaded.err());
   deploy::manifest& m = *loaded;
+  if (!node.empty() && node != m.metrics.node)
+    return fail(error(errc::not_found, path + ": no node '" + node +
+                                           "' (this manifest describes one node, '" +
+                                           m.metrics.node + "')"));
   if (status backend = apply_cache_backend(m); !backend) return fail(backend.err());
-  std::printf("manifest %s: ok\n", path.c_str());
+  std::printf("manifest %s: ok (node %s, pid %d)\n", path.c_str(), m.metrics.node.c_str(),
+              static_cast<int>(::getpid()));
 
   std::error_code ec;
   if (!fs::exists(m.data.path, ec)) {
@@ -226,8 +306,60 @@ int launch(const std::string& path) {
                 m.cluster.heldout.limit
                     ? (" (" + std::to_string(m.cluster.heldout.limit) + " examples)").c_str()
                     : " to the end");
+  std::vector<fs::path> candidates;
+  if (!resume.empty()) {
+    // A checkpoint of another layout is refused before anything is cleared.
+    auto found = resume_candidates(resume);
+    if (!found) return fail(found.err());
+    candidates = std::move(*found);
+    auto meta = actors::read_checkpoint_meta(candidates.front());
+    if (!meta) return fail(meta.err());
+    auto fits =
+        actors::check_compatible(*meta, candidates.front(), m.cluster.table, m.cluster.partitions);
+    if (!fits) return fail(fits.err());
+  }
   auto cleared = clear_shard_state(m);
   if (!cleared) return fail(cleared.err());
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    const fs::path* dir = &candidates[i];
+    const auto start = std::chrono::steady_clock::now();
+    actors::cluster_config restored = m.cluster;
+    auto meta = actors::restore_checkpoint(*dir, restored);
+    if (!meta) {
+      const bool damaged =
+          meta.err().code() == errc::corrupt_data || meta.err().code() == errc::not_found;
+      if (!damaged || i + 1 == candidates.size()) return fail(meta.err());
+      std::fprintf(stderr,
+                   "strata node: checkpoint %s is damaged (%s); falling back to the previous "
+                   "complete checkpoint, %s\n",
+                   dir->c_str(), meta.err().message().c_str(), candidates[i + 1].c_str());
+      cleared = clear_shard_state(m);  // what the failed restore wrote
+      if (!cleared) return fail(cleared.err());
+      continue;
+    }
+    m.cluster = std::move(restored);
+    uint64_t rows = 0;
+    for (uint64_t r : meta->shard_rows) rows += r;
+    std::string positions;
+    for (uint64_t p : meta->positions)
+      positions += (positions.empty() ? "" : " ") + std::to_string(p);
+    std::printf(
+        "resumed from checkpoint %s: epoch %llu, %llu rows from %zu into %zu shards in %.1f s, "
+        "incarnation %u, worker positions [%s]\n",
+        dir->c_str(), static_cast<unsigned long long>(meta->epoch),
+        static_cast<unsigned long long>(rows), meta->shard_rows.size(), m.cluster.shards.size(),
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+        static_cast<unsigned>(m.cluster.incarnation), positions.c_str());
+    break;
+  }
+  if (m.cluster.checkpoint.enabled()) {
+    const auto& ck = m.cluster.checkpoint;
+    std::string every = "stop only";
+    if (ck.interval_batches) every = std::to_string(ck.interval_batches) + " batches per worker";
+    if (ck.interval_seconds) every = std::to_string(ck.interval_seconds) + " s";
+    std::printf("checkpoints: into %s, every %s, keeping %u\n", ck.directory.c_str(), every.c_str(),
+                ck.keep);
+  }
 
   const auto& c = m.cluster;
   std::printf(
@@ -259,8 +391,12 @@ int launch(const std::string& path) {
   status_line line;
   bool printed = false;
   actors::cluster_hooks hooks;
+  hooks.started = [&](caf::actor_system&, const actors::training_cluster& cluster) {
+    signals.watch(cluster.coordinator);
+  };
   if (metrics) {
     hooks.started = [&](caf::actor_system& system, const actors::training_cluster& cluster) {
+      signals.watch(cluster.coordinator);
       std::vector<caf::actor> others;
       for (const auto& w : cluster.workers) others.push_back(caf::actor_cast<caf::actor>(w));
       others.push_back(caf::actor_cast<caf::actor>(cluster.dense));
@@ -289,6 +425,7 @@ int launch(const std::string& path) {
         line.update(progress_text(p, total));
       },
       hooks);
+  signals.forget();
   line.done();
   if (!report) return fail(report.err());
   if (!printed) print_report(m, *report);
@@ -296,15 +433,91 @@ int launch(const std::string& path) {
   return 0;
 }
 
+// The supervisor side of `strata launch`.
+int launch(const std::string& path, bool resume, const std::string& resume_dir) {
+  auto loaded = deploy::load_manifest(path);
+  if (!loaded) {
+    std::cerr << "strata launch: " << loaded.err().message() << '\n';
+    return 1;
+  }
+  const deploy::manifest& m = *loaded;
+  const fs::path root = m.cluster.checkpoint.directory;
+  std::vector<std::string> first;
+  if (resume) {
+    const fs::path dir = resume_dir.empty() ? root : fs::path(resume_dir);
+    if (dir.empty()) {
+      std::cerr << "strata launch: " << path
+                << ": --resume without a directory needs checkpoint.dir in the manifest\n";
+      return 1;
+    }
+    auto found = resume_candidates(dir);
+    if (!found) {
+      std::cerr << "strata launch: " << found.err().message() << '\n';
+      return 1;
+    }
+    first = {"--resume", dir.string()};
+  }
+  deploy::supervisor_config sc;
+  sc.restart = m.on_failure == deploy::failure_policy::restart;
+  sc.max_restarts = m.max_restarts;
+  sc.manifest = path;
+  sc.resume_for_restart = [root] {
+    // Always a checkpoint copy, never the live LMDB files the dead node
+    // left: the latest complete one (the node falls back to the one
+    // before if it is damaged).
+    deploy::supervisor_config::resume_plan plan;
+    auto latest = actors::latest_checkpoint(root);
+    if (!latest) return plan;
+    plan.args = {"--resume", root.string()};
+    plan.description = "from checkpoint " + latest->string();
+    return plan;
+  };
+  std::error_code ec;
+  auto self = fs::read_symlink("/proc/self/exe", ec);
+  if (ec) {
+    std::cerr << "strata launch: cannot find this binary (/proc/self/exe): " << ec.message()
+              << '\n';
+    return 1;
+  }
+  // One node per manifest today; multi-node manifests add entries here.
+  std::vector<deploy::child_node> nodes = {
+      {m.metrics.node, {self.string(), "node", "--manifest", path, "--node", m.metrics.node}}};
+  std::fflush(stdout);
+  return deploy::supervise(sc, nodes, first);
+}
+
 }  // namespace
 
 void add_launch_command(CLI::App& app, int& exit_code) {
   auto path = std::make_shared<std::string>();
+  auto resume = std::make_shared<std::string>();
   auto* cmd = app.add_subcommand(
-      "launch", "validate a manifest, generate its data if asked, train the cluster, report");
+      "launch",
+      "run every node of a manifest as a supervised child process (strata node) under the "
+      "manifest's crash policy; --resume restores the latest complete checkpoint");
   cmd->add_option("manifest", *path, "the manifest (YAML), e.g. deploy/examples/local.yaml")
       ->required();
-  cmd->callback([path, &exit_code] { exit_code = launch(*path); });
+  auto* resume_opt =
+      cmd->add_option("--resume", *resume,
+                      "resume from a checkpoint: DIR (a checkpoint, or a directory of them: its "
+                      "latest complete one); no value: the manifest's checkpoint.dir")
+          ->expected(0, 1);
+  cmd->callback([path, resume, resume_opt, &exit_code] {
+    exit_code = launch(*path, resume_opt->count() > 0, *resume);
+  });
+}
+
+void add_node_command(CLI::App& app, int& exit_code) {
+  auto path = std::make_shared<std::string>();
+  auto node = std::make_shared<std::string>();
+  auto resume = std::make_shared<std::string>();
+  auto* cmd = app.add_subcommand(
+      "node", "run one node of a manifest in this process (what strata launch starts per node)");
+  cmd->add_option("--manifest", *path, "the manifest (YAML)")->required();
+  cmd->add_option("--node", *node, "the node's name (the manifest's metrics.node, else its name)");
+  cmd->add_option("--resume", *resume,
+                  "restore this checkpoint (or the latest complete one under this directory)");
+  cmd->callback([path, node, resume, &exit_code] { exit_code = run_node(*path, *node, *resume); });
 }
 
 }  // namespace strata::cli

@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
                 STRATA_CUDA_ENABLED ? "on" : "off");
   });
   strata::cli::add_launch_command(app, exit_code);
+  strata::cli::add_node_command(app, exit_code);
   strata::cli::add_validate_command(app, exit_code);
   strata::cli::add_datagen_command(app, exit_code);
   strata::cli::add_bench_command(app, exit_code);

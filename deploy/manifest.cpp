@@ -391,6 +391,10 @@ struct raw_manifest {
 
   actors::dense_config dense;
   metrics_settings metrics;
+  actors::checkpoint_settings checkpoint;
+  failure_policy on_failure = failure_policy::stop;
+  uint32_t max_restarts = 3;
+  actors::gradient_kind objective = actors::gradient_kind::ctr;
 };
 
 void read_top(section& root, raw_manifest& r) {
@@ -437,6 +441,22 @@ void read_model(section s, raw_manifest& r) {
     if (slots != 0) r.model_slots = slots;
   }
   s.unsigned_int("seed", r.model.seed);
+  s.choice<actors::gradient_kind>(
+      "objective", r.objective,
+      {{"ctr", actors::gradient_kind::ctr}, {"count", actors::gradient_kind::count}});
+  s.finish();
+}
+
+void read_checkpoint(section s, raw_manifest& r) {
+  s.path_value("dir", r.checkpoint.directory);
+  s.unsigned_int("interval_batches", r.checkpoint.interval_batches);
+  s.unsigned_int("interval_seconds", r.checkpoint.interval_seconds, 0, 7 * 24 * 3600);
+  s.unsigned_int("keep", r.checkpoint.keep, 1, 1000);
+  s.boolean("at_stop", r.checkpoint.at_stop);
+  s.unsigned_int("round_batches", r.checkpoint.round_batches);
+  s.choice<failure_policy>("on_failure", r.on_failure,
+                           {{"stop", failure_policy::stop}, {"restart", failure_policy::restart}});
+  s.unsigned_int("max_restarts", r.max_restarts, 0, 1000);
   s.finish();
 }
 
@@ -594,6 +614,17 @@ void check_rules(const raw_manifest& r, diagnostics& diag) {
   if (r.model_slots && reader_slots(r) != 0 && *r.model_slots < reader_slots(r))
     diag.fail_at("model.slots", "the data has " + std::to_string(reader_slots(r)) +
                                     " slots; model.slots must be at least that");
+  if (diag.written("checkpoint") && r.checkpoint.directory.empty())
+    diag.fail_at("checkpoint.dir", "required when a checkpoint section is given");
+  if (r.on_failure == failure_policy::restart && r.checkpoint.directory.empty())
+    diag.fail_at("checkpoint.on_failure",
+                 "restart needs checkpoint.dir (a restart resumes from the latest checkpoint)");
+  if (r.objective == actors::gradient_kind::count &&
+      (r.table.optimizer.kind != optimizer_kind::sgd || r.table.optimizer.learning_rate != 1.0f ||
+       r.table.initializer.kind != initializer_kind::zeros))
+    diag.fail_at("model.objective",
+                 "count needs table.optimizer.kind: sgd, learning_rate: 1 and "
+                 "table.initializer.kind: zeros (every weight then counts its key's sightings)");
   if (r.generate && r.data.format != model::data_format::criteo_tsv)
     diag.fail_at("data.generate", "datagen writes criteo_tsv; set data.format: criteo_tsv");
   if (diag.written("data.train_examples") && diag.written("data.heldout_fraction"))
@@ -663,6 +694,8 @@ manifest build(const raw_manifest& r, const std::string& file) {
   m.cache_backend = r.cache_backend;
   m.metrics = r.metrics;
   if (m.metrics.node.empty()) m.metrics.node = r.name;
+  m.on_failure = r.on_failure;
+  m.max_restarts = r.max_restarts;
   if (r.generate) {
     m.generate = *r.generate;
     m.generate->output = r.data.path;
@@ -675,6 +708,8 @@ manifest build(const raw_manifest& r, const std::string& file) {
   c.threads = r.threads;
   c.dense = r.dense;
   c.model = r.model;
+  c.checkpoint = r.checkpoint;
+  c.gradients = r.objective;
   if (r.model_slots)
     c.model.slots = *r.model_slots;
   else if (reader_slots(r) != 0)
@@ -795,6 +830,7 @@ expected<manifest> parse_manifest(std::string_view text, const std::string& file
     read_data(top.child("data"), r);
     read_dense(top.child("dense"), r);
     read_metrics(top.child("metrics"), r);
+    read_checkpoint(top.child("checkpoint"), r);
     top.finish();
   } catch (const YAML::Exception& e) {
     diag.fail(e.mark, "", e.msg);

@@ -51,6 +51,12 @@ struct metrics_settings {
 // `caches.backend`: where the cache tiers keep their rows.
 enum class cache_backend_choice { cpu, gpu };
 
+// What the launcher does when a node process dies (checkpoint.on_failure).
+enum class failure_policy : uint8_t {
+  stop,     // exit non-zero naming the node (default)
+  restart,  // restart the cluster from the latest complete checkpoint
+};
+
 struct manifest {
   std::filesystem::path file;  // the manifest itself (for messages)
   // gpu: the composition root gives each cache tier a CUDA backend
@@ -65,6 +71,8 @@ struct manifest {
   std::optional<model::datagen_config> generate;
   std::filesystem::path ssd_path;  // shards' LMDB environments: ssd_path / "shard-<i>"
   metrics_settings metrics;        // node filled in (the cluster's name by default)
+  failure_policy on_failure = failure_policy::stop;
+  uint32_t max_restarts = 3;  // restarts before the launcher gives up (restart policy)
   // True once the training/held-out windows are in `cluster` (after
   // resolve_data_split, or at parse time for explicit counts).
   bool split_resolved = false;

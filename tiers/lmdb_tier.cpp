@@ -231,6 +231,7 @@ expected<std::shared_ptr<shared_env>> open_env(const std::filesystem::path& dir,
   // lookups are random point reads; readahead would only evict useful pages.
   unsigned flags = MDB_NOTLS | MDB_NORDAHEAD;
   if (!config.sync) flags |= MDB_NOSYNC;
+  if (config.read_only) flags |= MDB_RDONLY | MDB_NOLOCK;
   if ((rc = mdb_env_open(env->env, dir.c_str(), flags, 0644)) != 0)
     return lmdb_error(rc, "cannot open LMDB environment", dir);
   MDB_stat st;
@@ -553,15 +554,17 @@ status lmdb_tier::impl::open_table() {
   impl& t = *this;
   shared_env& env = *t.env;
   MDB_txn* txn = nullptr;
-  int rc = mdb_txn_begin(env.env, nullptr, 0, &txn);
+  const bool read_only = t.config.read_only;
+  const unsigned create = read_only ? 0u : unsigned{MDB_CREATE};
+  int rc = mdb_txn_begin(env.env, nullptr, read_only ? MDB_RDONLY : 0u, &txn);
   if (rc != 0) return lmdb_error(rc, "cannot begin opening " + t.where, env.path);
   auto fail = [&](error e) {
     mdb_txn_abort(txn);
     return e;
   };
-  if ((rc = mdb_dbi_open(txn, meta_db_name, MDB_CREATE, &env.meta_dbi)) != 0)
+  if ((rc = mdb_dbi_open(txn, meta_db_name, create, &env.meta_dbi)) != 0)
     return fail(lmdb_error(rc, "cannot open the table directory of " + t.where, env.path));
-  if ((rc = mdb_dbi_open(txn, t.config.table.c_str(), MDB_CREATE, &t.dbi)) != 0)
+  if ((rc = mdb_dbi_open(txn, t.config.table.c_str(), create, &t.dbi)) != 0)
     return fail(lmdb_error(rc, "cannot open " + t.where, env.path));
 
   const std::string want = layout_record(t.layout);
@@ -604,7 +607,7 @@ status lmdb_tier::impl::open_table() {
     return fail(lmdb_error(rc, "cannot read the row count of " + t.where, env.path));
   }
 
-  if (write_meta) {
+  if (write_meta && !read_only) {
     MDB_val lv{want.size(), const_cast<char*>(want.data())};
     kv = layout_key.val();
     if ((rc = mdb_put(txn, env.meta_dbi, &kv, &lv, 0)) != 0)
@@ -630,7 +633,9 @@ expected<std::unique_ptr<lmdb_tier>> lmdb_tier::open(row_layout layout, lmdb_tie
     return error{errc::invalid_argument, "unsupported row layout for LMDB table '" + config.table +
                                              "': dim " + std::to_string(layout.dim)};
   std::error_code ec;
-  std::filesystem::create_directories(config.directory, ec);
+  if (config.read_only && !std::filesystem::is_directory(config.directory, ec))
+    return error{errc::not_found, "no LMDB environment at " + quoted(config.directory)};
+  if (!config.read_only) std::filesystem::create_directories(config.directory, ec);
   if (ec) {
     return error{errc::io_error,
                  "cannot create LMDB directory " + quoted(config.directory) + ": " + ec.message()};

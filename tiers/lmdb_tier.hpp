@@ -43,6 +43,10 @@ struct lmdb_tier_config {
   // reads through one while its ssd_flush actor writes through the other
   // (LMDB: many readers, one writer). Without it a second open is refused.
   bool shared_handle = false;
+  // Open an existing environment read-only without a lock file
+  // (MDB_RDONLY | MDB_NOLOCK): reading a checkpoint's copy leaves its
+  // directory untouched. The table must exist; writes fail.
+  bool read_only = false;
 };
 
 struct lmdb_tier_stats {

@@ -89,7 +89,7 @@ status tier_chain::lookup(std::span<const uint64_t> keys, rows_span out,
       if (admitted) (*admitted)[i] = (*admitted)[it->second];
       continue;
     }
-    table_.initial_row(keys[i], out[i]);
+    table_.initial_row(keys[i], out[i], make_version(config_.incarnation, 0));
     ++stats_.initialized;
     bool admit = true;
     if (sketch_) admit = sketch_->add(keys[i]) >= config_.admission_threshold;
@@ -226,7 +226,10 @@ status tier_chain::drain() {
   return durable_->sync();
 }
 
-void tier_chain::set_tick(uint32_t tick) { dram_->set_tick(tick); }
+void tier_chain::set_tick(uint32_t tick) {
+  tick_ = tick;
+  dram_->set_tick(tick);
+}
 
 status tier_chain::write_tombstones() {
   if (!durable_ || pending_tombstones_.empty()) {

@@ -40,6 +40,10 @@ struct tier_chain_config {
   uint32_t admission_threshold = 0;  // 0: every key admitted at once
   uint32_t sketch_width = 1 << 20;
   uint32_t sketch_depth = 4;
+  // Incarnation of the cluster (ARCHITECTURE.md, Rows): initial rows get
+  // version (incarnation, 0), so rows created after a restore outrank every
+  // version of the run before it.
+  uint16_t incarnation = 0;
 };
 
 // Optional seam for metrics: told before and after each tier's lookup (the
@@ -94,6 +98,9 @@ class tier_chain {
   status drain();
 
   void set_tick(uint32_t tick);
+  uint32_t tick() const { return tick_; }
+  // The admission sketch (null without admission), for checkpoints.
+  count_min_sketch* sketch() { return sketch_ ? &*sketch_ : nullptr; }
   // TTL: removes rows idle for ttl_ticks from DRAM (and any queued copy)
   // and writes tombstones to the durable tier. While write-behind batches
   // are in flight the tombstones wait, so an older copy landing later can't
@@ -123,6 +130,7 @@ class tier_chain {
   std::optional<count_min_sketch> sketch_;
   tier_chain_stats stats_;
   tier_observer* observer_ = nullptr;
+  uint32_t tick_ = 0;
 };
 
 }  // namespace strata

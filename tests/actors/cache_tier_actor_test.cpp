@@ -222,6 +222,8 @@ shard_actor::behavior_type fake_shard(shard_actor::stateful_pointer<fake_shard_s
       },
       [](drain_atom) -> ok_atom { return ok_atom::value; },
       [](stats_atom) -> tier_stats { return {}; },
+      [](checkpoint_atom, uint64_t, const std::string&) -> ok_atom { return ok_atom::value; },
+      [](copied_atom, uint64_t) -> uint64_t { return 0; },
   };
 }
 

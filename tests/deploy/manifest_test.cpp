@@ -326,5 +326,35 @@ TEST(Manifest, MetricsErrorsNameTheField) {
   EXPECT_ERROR(appended("metrics:\n  prot: 9555\n"), "m.yaml:17: metrics.prot");
 }
 
+TEST(Manifest, CheckpointSectionParsesWithDefaults) {
+  auto off = parse_manifest(text_of(base_lines), "m.yaml");
+  ASSERT_TRUE(off) << off.err().message();
+  EXPECT_FALSE(off->cluster.checkpoint.enabled());
+  EXPECT_EQ(off->on_failure, failure_policy::stop);
+  auto on = parse_manifest(appended("checkpoint:\n  dir: /tmp/ck\n  interval_batches: 500\n"
+                                    "  keep: 5\n  on_failure: restart\n"),
+                           "m.yaml");
+  ASSERT_TRUE(on) << on.err().message();
+  const auto& c = on->cluster.checkpoint;
+  EXPECT_EQ(c.directory, "/tmp/ck");
+  EXPECT_EQ(c.interval_batches, 500u);
+  EXPECT_EQ(c.interval_seconds, 0u);
+  EXPECT_EQ(c.keep, 5u);
+  EXPECT_TRUE(c.at_stop);
+  EXPECT_EQ(on->on_failure, failure_policy::restart);
+  EXPECT_EQ(on->max_restarts, 3u);
+}
+
+TEST(Manifest, CheckpointErrorsNameTheField) {
+  EXPECT_ERROR(appended("checkpoint:\n  interval_batches: 10\n"),
+               "m.yaml:16: checkpoint.dir: required");
+  EXPECT_ERROR(appended("checkpoint:\n  dir: c\n  keep: 0\n"), "m.yaml:18: checkpoint.keep");
+  EXPECT_ERROR(appended("checkpoint:\n  dir: c\n  on_failure: retry\n"),
+               "m.yaml:18: checkpoint.on_failure: expected one of");
+  EXPECT_ERROR(appended("checkpoint:\n  dir: c\n  intervall: 3\n"),
+               "m.yaml:18: checkpoint.intervall: unknown key");
+  EXPECT_ERROR(appended("model:\n  objective: count\n"), "model.objective: count needs");
+}
+
 }  // namespace
 }  // namespace strata::deploy

@@ -1,0 +1,372 @@
+// Crash recovery with real processes: the `strata` binary's launcher
+// supervises a node process; the test kills it with SIGKILL mid-training
+// and mid-checkpoint, or stops the launcher with SIGTERM, then checks the
+// exact-sum invariant on the checkpoints: with model.objective: count (SGD,
+// learning rate 1, zeros) every key's weights equal the number of its
+// sightings in the batches before each worker's recorded position — no
+// update missing, none extra — and that an interrupted checkpoint is never
+// used. Polls with deadlines; no fixed sleeps.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <optional>
+#include <regex>
+#include <sstream>
+#include <thread>
+
+#include "actors/checkpoint.hpp"
+#include "actors/worker_actor.hpp"
+#include "common/file_manifest.hpp"
+#include "deploy/manifest.hpp"
+#include "tests/tiers/test_util.hpp"
+#include "tiers/lmdb_tier.hpp"
+
+namespace strata {
+namespace {
+
+namespace fs = std::filesystem;
+using strata::testing::temp_dir;
+using clock_type = std::chrono::steady_clock;
+
+// A process running the strata binary, its output in files.
+class strata_process {
+ public:
+  strata_process(const std::vector<std::string>& args, const fs::path& out, const fs::path& err)
+      : out_(out), err_(err) {
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      const int o = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      const int e = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      ::dup2(o, 1);
+      ::dup2(e, 2);
+      std::vector<std::string> all = {STRATA_BINARY};
+      all.insert(all.end(), args.begin(), args.end());
+      std::vector<char*> argv;
+      for (auto& a : all) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      ::execv(argv[0], argv.data());
+      ::_exit(127);
+    }
+  }
+  ~strata_process() {
+    if (pid_ > 0 && !status_) {
+      ::kill(pid_, SIGKILL);
+      int st = 0;
+      ::waitpid(pid_, &st, 0);
+    }
+  }
+  pid_t pid() const { return pid_; }
+  // The exit status once the process ended, polling until `seconds` pass.
+  std::optional<int> wait(double seconds) {
+    const auto deadline = clock_type::now() + std::chrono::duration<double>(seconds);
+    while (!status_ && clock_type::now() < deadline) {
+      int st = 0;
+      if (::waitpid(pid_, &st, WNOHANG) == pid_) {
+        status_ = st;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return status_;
+  }
+  std::string out() const { return slurp(out_); }
+  std::string err() const { return slurp(err_); }
+  static std::string slurp(const fs::path& p) {
+    std::ifstream in(p);
+    std::stringstream s;
+    s << in.rdbuf();
+    return s.str();
+  }
+
+ private:
+  fs::path out_, err_;
+  pid_t pid_ = -1;
+  std::optional<int> status_;
+};
+
+bool poll_until(const std::function<bool()>& done, double seconds) {
+  const auto deadline = clock_type::now() + std::chrono::duration<double>(seconds);
+  while (clock_type::now() < deadline) {
+    if (done()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return done();
+}
+
+struct crash_setup {
+  temp_dir dir;
+  fs::path manifest;
+  fs::path checkpoints;
+};
+
+// A count-objective cluster: 2 shards with small DRAM (rows cycle through
+// LMDB), 2 workers, a checkpoint every `interval` batches per worker.
+std::unique_ptr<crash_setup> make_setup(const std::string& on_failure, uint64_t rows,
+                                        uint64_t interval) {
+  auto s = std::make_unique<crash_setup>();
+  const fs::path d = s->dir.path();
+  s->manifest = d / "crash.yaml";
+  s->checkpoints = d / "ckpt";
+  std::ofstream m(s->manifest);
+  m << "name: crash\nmode: async\npartitions: 64\nthreads: 2\n"
+    << "table:\n  name: counts\n  optimizer:\n    kind: sgd\n    learning_rate: 1\n"
+    << "  initializer:\n    kind: zeros\n"
+    << "model:\n  embedding_dim: 1\n  objective: count\n"
+    << "shards:\n  count: 2\n  dram_bytes: 128KiB\n  ssd_path: " << (d / "state").string()
+    << "\n  map_bytes: 256MiB\n  flush_batch_rows: 512\n"
+    << "caches:\n  count: 1\n  sets: 8\n"
+    << "workers:\n  count: 2\n  batch_size: 16\n"
+    << "data:\n  path: " << (d / "data.tsv").string() << "\n  heldout_fraction: 0\n"
+    << "  generate:\n    rows: " << rows << "\n    distinct_keys: 20000\n    seed: 9\n"
+    << "checkpoint:\n  dir: " << s->checkpoints.string() << "\n  interval_batches: " << interval
+    << "\n  keep: 1000\n  on_failure: " << on_failure << "\n  max_restarts: 2\n";
+  return s;
+}
+
+// key -> sightings in the batches before each worker's position, read with
+// the workers' own reader over their windows of the data.
+std::map<uint64_t, float> expected_counts(const fs::path& manifest,
+                                          const std::vector<uint64_t>& positions) {
+  std::map<uint64_t, float> counts;
+  auto m = deploy::load_manifest(manifest);
+  EXPECT_TRUE(m) << m.err().to_string();
+  if (!m) return counts;
+  auto split = deploy::resolve_data_split(*m);
+  EXPECT_TRUE(split) << split.err().to_string();
+  EXPECT_EQ(positions.size(), m->cluster.workers.size());
+  for (size_t w = 0; w < m->cluster.workers.size() && w < positions.size(); ++w) {
+    const auto& wc = m->cluster.workers[w];
+    auto source = actors::open_reader_source(wc);
+    EXPECT_TRUE(source) << source.err().to_string();
+    if (!source) continue;
+    for (uint64_t b = 0; b < positions[w]; ++b) {
+      auto batch = (*source)->next(wc.batch_size);
+      EXPECT_TRUE(batch);
+      if (!batch || batch->examples.empty()) break;
+      for (uint64_t k : batch->keys()) counts[k] += 1.0f;
+    }
+  }
+  return counts;
+}
+
+// Checks a checkpoint against the exact sums at its recorded positions;
+// returns its positions.
+std::vector<uint64_t> check_exact_sums(const fs::path& manifest, const fs::path& checkpoint) {
+  auto verified = actors::verify_checkpoint(checkpoint);
+  EXPECT_TRUE(verified) << verified.err().to_string();
+  if (!verified) return {};
+  const auto& meta = verified->meta;
+  const auto want = expected_counts(manifest, meta.positions);
+  std::map<uint64_t, std::vector<float>> have;
+  const row_layout layout{meta.dim, meta.optimizer, meta.with_state};
+  for (uint32_t s = 0; s < meta.shard_rows.size(); ++s) {
+    lmdb_tier_config lc;
+    lc.directory = actors::shard_checkpoint_dir(checkpoint, s);
+    lc.table = meta.table;
+    lc.partitions = meta.partitions;
+    lc.read_only = true;
+    auto tier = lmdb_tier::open(layout, lc);
+    EXPECT_TRUE(tier) << tier.err().to_string();
+    if (!tier) return {};
+    auto st = (*tier)->dump([&](uint64_t key, const std::byte* r) {
+      have[key].assign(weights_of(r), weights_of(r) + layout.dim);
+    });
+    EXPECT_TRUE(st);
+  }
+  size_t wrong = 0, missing = 0, extra = 0;
+  for (const auto& [key, n] : want) {
+    auto it = have.find(key);
+    if (it == have.end()) {
+      ++missing;
+      continue;
+    }
+    for (float v : it->second)
+      if (v != n) ++wrong;
+  }
+  for (const auto& [key, w] : have)
+    if (!want.count(key)) ++extra;
+  EXPECT_FALSE(want.empty());
+  EXPECT_EQ(wrong, 0u) << checkpoint;
+  EXPECT_EQ(missing, 0u) << checkpoint;
+  EXPECT_EQ(extra, 0u) << checkpoint;
+  return meta.positions;
+}
+
+std::optional<pid_t> node_pid(const strata_process& launcher) {
+  std::smatch m;
+  const std::string out = launcher.out();
+  static const std::regex re("\\(node crash, pid ([0-9]+)\\)");
+  if (!std::regex_search(out, m, re)) return std::nullopt;
+  return static_cast<pid_t>(std::stoi(m[1]));
+}
+
+std::string resumed_from(const std::string& out) {
+  std::smatch m;
+  static const std::regex re("resumed from checkpoint ([^:]+):");
+  if (!std::regex_search(out, m, re)) return {};
+  return m[1];
+}
+
+uint64_t total_batches(const fs::path& manifest) {
+  auto m = deploy::load_manifest(manifest);
+  auto split = deploy::resolve_data_split(*m);
+  uint64_t total = 0;
+  for (const auto& w : m->cluster.workers)
+    total += (w.data.limit + w.batch_size - 1) / w.batch_size;
+  return total;
+}
+
+// kill -9 of the node mid-training, policy restart: the launcher restarts
+// the cluster from the latest complete checkpoint, which holds the exact
+// sums of the batches before its positions, and training finishes with
+// every key's exact total (nothing lost, nothing applied twice).
+TEST(CrashRecovery, KillMidTrainingRestartsFromTheLatestCheckpoint) {
+  auto s = make_setup("restart", 60000, 40);
+  strata_process launcher({"launch", s->manifest.string()}, s->dir.path() / "out.txt",
+                          s->dir.path() / "err.txt");
+  ASSERT_TRUE(
+      poll_until([&] { return actors::complete_checkpoints(s->checkpoints).size() >= 2; }, 60))
+      << launcher.err();
+  auto pid = node_pid(launcher);
+  ASSERT_TRUE(pid) << launcher.out();
+  ASSERT_EQ(::kill(*pid, SIGKILL), 0);
+  auto status = launcher.wait(120);
+  ASSERT_TRUE(status) << "launcher did not finish";
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << launcher.err();
+  const std::string err = launcher.err();
+  EXPECT_NE(err.find("node 'crash' (pid " + std::to_string(*pid) + ") was killed by signal 9"),
+            std::string::npos)
+      << err;
+  EXPECT_NE(err.find("restarting the cluster from checkpoint"), std::string::npos) << err;
+  const std::string from = resumed_from(launcher.out());
+  ASSERT_FALSE(from.empty()) << launcher.out();
+  auto at_restart = check_exact_sums(s->manifest, from);
+  auto latest = actors::latest_checkpoint(s->checkpoints);
+  ASSERT_TRUE(latest);
+  auto at_end = check_exact_sums(s->manifest, *latest);
+  uint64_t sum_restart = 0, sum_end = 0;
+  for (auto p : at_restart) sum_restart += p;
+  for (auto p : at_end) sum_end += p;
+  EXPECT_GT(sum_restart, 0u);
+  EXPECT_LT(sum_restart, sum_end);
+  EXPECT_EQ(sum_end, total_batches(s->manifest));
+}
+
+// kill -9 while a checkpoint is being written (caught when a checkpoint
+// directory without FILES exists), policy stop: the launcher exits 1 naming
+// the node; a torn checkpoint (no FILES, truncated LMDB copy) with a
+// higher epoch is then planted as well; `launch --resume` picks the latest
+// complete checkpoint, never the torn one, and finishes with exact sums.
+TEST(CrashRecovery, KillMidCheckpointNeverUsesTheInterruptedOne) {
+  auto s = make_setup("stop", 60000, 20);
+  strata_process launcher({"launch", s->manifest.string()}, s->dir.path() / "out.txt",
+                          s->dir.path() / "err.txt");
+  auto torn_now = [&] {
+    for (const auto& entry : fs::directory_iterator(s->checkpoints))
+      if (!fs::exists(entry.path() / file_manifest_name)) return true;
+    return false;
+  };
+  ASSERT_TRUE(
+      poll_until([&] { return actors::complete_checkpoints(s->checkpoints).size() >= 1; }, 60));
+  auto pid = node_pid(launcher);
+  ASSERT_TRUE(pid) << launcher.out();
+  const bool caught = poll_until(torn_now, 10);
+  ASSERT_EQ(::kill(*pid, SIGKILL), 0);
+  std::printf("[ crash ] killed %s a checkpoint write\n", caught ? "during" : "outside");
+  auto status = launcher.wait(60);
+  ASSERT_TRUE(status);
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 1);
+  const std::string err = launcher.err();
+  EXPECT_NE(err.find("node 'crash' (pid " + std::to_string(*pid) +
+                     ") was killed by signal 9 (Killed); stopping the cluster "
+                     "(checkpoint.on_failure: stop)"),
+            std::string::npos)
+      << err;
+
+  const auto complete = actors::latest_checkpoint(s->checkpoints);
+  ASSERT_TRUE(complete);
+  const fs::path torn = s->checkpoints / actors::checkpoint_name(
+                                             actors::highest_checkpoint_epoch(s->checkpoints) + 1);
+  fs::copy(*complete, torn, fs::copy_options::recursive);
+  fs::remove(torn / file_manifest_name);
+  fs::resize_file(torn / "shard-0" / "data.mdb", fs::file_size(torn / "shard-0" / "data.mdb") / 2);
+
+  strata_process resumed({"launch", s->manifest.string(), "--resume"}, s->dir.path() / "out2.txt",
+                         s->dir.path() / "err2.txt");
+  auto rc = resumed.wait(120);
+  ASSERT_TRUE(rc);
+  EXPECT_TRUE(WIFEXITED(*rc) && WEXITSTATUS(*rc) == 0) << resumed.err();
+  const std::string from = resumed_from(resumed.out());
+  EXPECT_EQ(fs::path(from), *complete) << resumed.out();
+  check_exact_sums(s->manifest, from);
+  auto at_end = check_exact_sums(s->manifest, *actors::latest_checkpoint(s->checkpoints));
+  uint64_t sum_end = 0;
+  for (auto p : at_end) sum_end += p;
+  EXPECT_EQ(sum_end, total_batches(s->manifest));
+}
+
+// SIGTERM to the launcher: the node stops at the next cut with a final
+// checkpoint holding exactly the batches before its positions; resuming
+// (past a newer but damaged checkpoint, which is skipped with a message)
+// finishes the data.
+TEST(CrashRecovery, SigtermStopsGracefullyWithAFinalCheckpoint) {
+  auto s = make_setup("stop", 60000, 1000000);
+  strata_process launcher({"launch", s->manifest.string()}, s->dir.path() / "out.txt",
+                          s->dir.path() / "err.txt");
+  ASSERT_TRUE(
+      poll_until([&] { return launcher.out().find("training:") != std::string::npos; }, 60));
+  ASSERT_TRUE(poll_until([&] { return fs::exists(s->dir.path() / "state" / "shard-0"); }, 60));
+  ASSERT_EQ(::kill(launcher.pid(), SIGTERM), 0);
+  auto status = launcher.wait(60);
+  ASSERT_TRUE(status);
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << launcher.err();
+  EXPECT_NE(launcher.out().find("stopped: on request"), std::string::npos) << launcher.out();
+  auto latest = actors::latest_checkpoint(s->checkpoints);
+  ASSERT_TRUE(latest) << launcher.out();
+  auto at_stop = check_exact_sums(s->manifest, *latest);
+  uint64_t sum_stop = 0;
+  for (auto p : at_stop) sum_stop += p;
+  EXPECT_LT(sum_stop, total_batches(s->manifest));
+
+  // A newer checkpoint that is complete but damaged (one flipped byte):
+  // the resume falls back to the one before, saying so.
+  const fs::path damaged =
+      s->checkpoints /
+      actors::checkpoint_name(actors::highest_checkpoint_epoch(s->checkpoints) + 1);
+  fs::copy(*latest, damaged, fs::copy_options::recursive);
+  {
+    std::fstream f(damaged / actors::checkpoint_dense_name,
+                   std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(100);
+    char c = 0;
+    f.get(c);
+    f.seekp(100);
+    f.put(static_cast<char>(c ^ 0x10));
+  }
+  ASSERT_EQ(*actors::latest_checkpoint(s->checkpoints), damaged);
+
+  strata_process resumed({"launch", s->manifest.string(), "--resume"}, s->dir.path() / "out2.txt",
+                         s->dir.path() / "err2.txt");
+  auto rc = resumed.wait(120);
+  ASSERT_TRUE(rc);
+  EXPECT_TRUE(WIFEXITED(*rc) && WEXITSTATUS(*rc) == 0) << resumed.err();
+  EXPECT_EQ(fs::path(resumed_from(resumed.out())), *latest) << resumed.out();
+  EXPECT_NE(resumed.err().find("checkpoint " + damaged.string() + " is damaged"), std::string::npos)
+      << resumed.err();
+  EXPECT_NE(resumed.err().find("checksum mismatch"), std::string::npos) << resumed.err();
+  auto at_end = check_exact_sums(s->manifest, *actors::latest_checkpoint(s->checkpoints));
+  uint64_t sum_end = 0;
+  for (auto p : at_end) sum_end += p;
+  EXPECT_EQ(sum_end, total_batches(s->manifest));
+}
+
+}  // namespace
+}  // namespace strata
