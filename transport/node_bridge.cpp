@@ -80,7 +80,7 @@ struct peer_state {
   std::unordered_map<uint64_t, pending> pending_requests;
   // --- counters
   std::atomic<uint64_t> bytes_sent{0}, frames_sent{0}, bytes_received{0}, frames_received{0},
-      rejected{0};
+      rejected{0}, rndv_received{0};
 };
 
 // Context of one UCX endpoint for its error handler.
@@ -531,6 +531,7 @@ struct node_bridge::impl {
       p.cb.recv_am = &impl::on_rndv_done;
       p.user_data = ctx.get();
       ++peer->rndv_in_flight;
+      ++peer->rndv_received;
       auto* raw = ctx.release();
       auto* r = ucp_am_recv_data_nbx(worker, data, raw->payload.data(), length, &p);
       if (r == nullptr) {
@@ -866,6 +867,7 @@ struct node_bridge::impl {
       h.request_id = request_id != 0 ? request_id : (on_reply ? next_request_id_++ : 0);
       h.target = target;
       seal(h, op->payload);
+      if (config.outgoing_fault) config.outgoing_fault(h, op->payload);
       encode_header(h, op->header);
       op->peer = peer.index;
       peer.outstanding += op->bytes;
@@ -991,6 +993,7 @@ transport_stats node_bridge::stats() const {
     ps.bytes_received = p->bytes_received;
     ps.frames_received = p->frames_received;
     ps.rejected_frames = p->rejected;
+    ps.rendezvous_frames_received = p->rndv_received;
     ps.outstanding_bytes = p->outstanding;
     ps.pending_requests = p->pending_requests.size();
     ps.shared_memory_path = p->by_address;

@@ -60,6 +60,9 @@ struct bridge_config {
   // Identifies the host for the same-host test; empty: hostname plus the
   // network namespace.
   std::string host_id;
+  // Test seam (STYLE.md: faults through seams): called with every sequenced
+  // frame after it is sealed, before it is sent; it may corrupt it.
+  std::function<void(frame_header&, std::vector<std::byte>& payload)> outgoing_fault;
 };
 
 // A delivered frame: the peer's name, the validated header, the payload.

@@ -35,7 +35,7 @@ void deliver_decoded(caf::response_promise& rp, const inbound_frame& f) {
   if (f.header.type == frame_type::reply_error) {
     std::string text;
     if (auto s = decode_payload(f.payload, text); !s) text = "undecodable error reply";
-    rp.deliver(caf::make_error(caf::sec::runtime_error, "node '" + f.peer + "': " + text));
+    rp.deliver(caf::make_error(caf::sec::runtime_error, text));  // the text names the node
     return;
   }
   std::tuple<Reply...> values;

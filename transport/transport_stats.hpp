@@ -17,6 +17,7 @@ struct peer_stats {
   uint64_t frames_sent = 0;
   uint64_t bytes_received = 0;
   uint64_t frames_received = 0;
+  uint64_t rendezvous_frames_received = 0;  // payloads UCX moved by rendezvous
   uint64_t rejected_frames = 0;    // malformed, truncated, oversized or bad checksum
   uint64_t outstanding_bytes = 0;  // gauge: bytes sent and not yet released (back-pressure)
   uint64_t pending_requests = 0;   // gauge: requests waiting for their reply
