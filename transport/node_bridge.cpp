@@ -147,6 +147,7 @@ struct node_bridge::impl {
   std::vector<std::unique_ptr<ep_context>> ep_contexts;
   std::vector<ep_context*> to_close;
   uint64_t sends_in_flight = 0;
+  uint64_t posted = 0;  // frames handed to UCX
   uint64_t next_connect_id = 1;
 
   void log(const std::string& line) const {
@@ -429,6 +430,7 @@ struct node_bridge::impl {
     p.cb.send = &impl::on_sent;
     p.user_data = op.get();
     ++sends_in_flight;
+    ++posted;
     auto* raw = op.release();
     auto* r = ucp_am_send_nbx(ep, am_id, raw->header.data(), raw->header.size(),
                               raw->payload.data(), raw->payload.size(), &p);
@@ -763,6 +765,7 @@ struct node_bridge::impl {
 
   void run() {
     auto next_beat = clock::now() + config.heartbeat_interval;
+    auto last_activity = clock::now();
     while (true) {
       {
         std::deque<std::shared_ptr<connect_op>> connects_now;
@@ -775,24 +778,37 @@ struct node_bridge::impl {
         if (stop) break;
         for (auto& op : connects_now) start_connect(op);
       }
+      const uint64_t posted_before = posted;
       drain_queue();
-      while (ucp_worker_progress(worker) != 0) {
-      }
+      bool active = posted != posted_before;
+      while (ucp_worker_progress(worker) != 0) active = true;
       close_scheduled();
       const auto now = clock::now();
+      if (active) last_activity = now;
       if (now >= next_beat) {
         heartbeat(now);
         next_beat = now + config.heartbeat_interval;
       }
+      bool waiting_on_peers = sends_in_flight > 0;
       {
         std::lock_guard lock(mu_);
         if (!queue_.empty() || !connects_queued_.empty() || stopping_) continue;
+        for (auto& p : peers_) waiting_on_peers |= p->outstanding > 0 || p->rndv_in_flight > 0;
       }
+      // Spin a little after activity: the next frame of a burst usually
+      // follows within microseconds, and a sleep would add a wake-up to
+      // each one.
+      if (now - last_activity < config.spin_after_activity) continue;
       if (ucp_worker_arm(worker) == UCS_ERR_BUSY) continue;
+      // Some transports' rendezvous steps do not signal the event fd: with
+      // frames in flight, sleep at most 1 ms; idle, until the next heartbeat.
       const auto wait_ms =
-          std::chrono::duration_cast<std::chrono::milliseconds>(next_beat - clock::now()).count();
+          waiting_on_peers ? int64_t{1}
+                           : std::chrono::duration_cast<std::chrono::milliseconds>(next_beat -
+                                                                                   clock::now())
+                                     .count() + 1;
       std::array<pollfd, 2> fds{pollfd{worker_fd, POLLIN, 0}, pollfd{wake_fd, POLLIN, 0}};
-      ::poll(fds.data(), fds.size(), static_cast<int>(std::max<int64_t>(wait_ms, 0) + 1));
+      ::poll(fds.data(), fds.size(), static_cast<int>(std::max<int64_t>(wait_ms, 0)));
       if (fds[1].revents & POLLIN) {
         uint64_t v;
         [[maybe_unused]] auto n = ::read(wake_fd, &v, sizeof v);

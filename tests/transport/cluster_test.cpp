@@ -12,7 +12,7 @@
 #include <memory>
 
 #include "tests/tiers/test_util.hpp"
-#include "tests/transport/child_process.hpp"
+#include "common/child_process.hpp"
 
 namespace strata::testing {
 namespace {

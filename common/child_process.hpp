@@ -1,4 +1,4 @@
-// A child process for multi-process tests: started with arguments and
+// A child process (multi-process tests, benchmarks): started with arguments and
 // environment additions, its stdout read line by line with deadlines
 // (never a fixed sleep), its stdin kept open until close_stdin() (nodes
 // stop when it closes), killed and reaped on destruction.
@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-namespace strata::testing {
+namespace strata {
 
 class child_process {
  public:
@@ -130,4 +130,4 @@ class child_process {
   std::optional<int> status_;
 };
 
-}  // namespace strata::testing
+}  // namespace strata
