@@ -766,6 +766,7 @@ struct node_bridge::impl {
   void run() {
     auto next_beat = clock::now() + config.heartbeat_interval;
     auto last_activity = clock::now();
+    uint32_t idle_polls = 0;  // bounds the spin when the clock is coarse or the CPU busy
     while (true) {
       {
         std::deque<std::shared_ptr<connect_op>> connects_now;
@@ -784,7 +785,10 @@ struct node_bridge::impl {
       while (ucp_worker_progress(worker) != 0) active = true;
       close_scheduled();
       const auto now = clock::now();
-      if (active) last_activity = now;
+      if (active) {
+        last_activity = now;
+        idle_polls = 0;
+      }
       if (now >= next_beat) {
         heartbeat(now);
         next_beat = now + config.heartbeat_interval;
@@ -798,7 +802,8 @@ struct node_bridge::impl {
       // Spin a little after activity: the next frame of a burst usually
       // follows within microseconds, and a sleep would add a wake-up to
       // each one.
-      if (now - last_activity < config.spin_after_activity) continue;
+      if (now - last_activity < config.spin_after_activity && ++idle_polls < 1000) continue;
+      idle_polls = 0;
       if (ucp_worker_arm(worker) == UCS_ERR_BUSY) continue;
       // Some transports' rendezvous steps do not signal the event fd: with
       // frames in flight, sleep at most 1 ms; idle, until the next heartbeat.

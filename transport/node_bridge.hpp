@@ -54,7 +54,7 @@ struct bridge_config {
   std::chrono::milliseconds heartbeat_timeout{10000};
   // The progress thread keeps polling this long after the last activity
   // before it sleeps on the worker's event fd (latency of bursts vs CPU).
-  std::chrono::microseconds spin_after_activity{200};
+  std::chrono::microseconds spin_after_activity{50};
   uint64_t max_outstanding_bytes = uint64_t{64} << 20;  // per peer
   uint32_t max_payload_bytes = default_max_payload_bytes;
   // Same-host peers connect by worker address (shared memory). Off: every
