@@ -51,6 +51,13 @@ bool is_known_type(uint16_t type) {
     case frame_type::shard_tick:
     case frame_type::shard_drain:
     case frame_type::shard_stats:
+    case frame_type::cache_lookup:
+    case frame_type::cache_prefetch:
+    case frame_type::cache_push:
+    case frame_type::cache_pass_start:
+    case frame_type::cache_pass_end:
+    case frame_type::cache_drain:
+    case frame_type::cache_stats:
     case frame_type::dense_push:
     case frame_type::dense_pull:
     case frame_type::dense_stats:
@@ -78,6 +85,13 @@ std::string_view to_string(frame_type type) {
     case frame_type::shard_tick: return "shard_tick";
     case frame_type::shard_drain: return "shard_drain";
     case frame_type::shard_stats: return "shard_stats";
+    case frame_type::cache_lookup: return "cache_lookup";
+    case frame_type::cache_prefetch: return "cache_prefetch";
+    case frame_type::cache_push: return "cache_push";
+    case frame_type::cache_pass_start: return "cache_pass_start";
+    case frame_type::cache_pass_end: return "cache_pass_end";
+    case frame_type::cache_drain: return "cache_drain";
+    case frame_type::cache_stats: return "cache_stats";
     case frame_type::dense_push: return "dense_push";
     case frame_type::dense_pull: return "dense_pull";
     case frame_type::dense_stats: return "dense_stats";

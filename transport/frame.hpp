@@ -49,6 +49,13 @@ enum class frame_type : uint16_t {
   shard_tick = 20,        // u32, one-way
   shard_drain = 21,       // () -> ok
   shard_stats = 22,       // () -> tier_stats
+  cache_lookup = 24,      // vector<u64> -> lookup_reply
+  cache_prefetch = 25,    // vector<u64>, one-way
+  cache_push = 26,        // push_request -> push_ack
+  cache_pass_start = 27,  // u64 pass -> ok
+  cache_pass_end = 28,    // u64 pass -> ok
+  cache_drain = 29,       // () -> ok
+  cache_stats = 30,       // () -> tier_stats
   dense_push = 32,        // vector<float> -> u64
   dense_pull = 33,        // () -> dense_weights
   dense_stats = 34,       // () -> actor_stats

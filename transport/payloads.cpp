@@ -25,14 +25,22 @@ status check_payload_value(const frame_header& header, std::span<const std::byte
     case frame_type::goodbye:
     case frame_type::shard_drain:
     case frame_type::shard_stats:
+    case frame_type::cache_drain:
+    case frame_type::cache_stats:
     case frame_type::dense_pull:
     case frame_type::dense_stats:
       return try_decode<>(payload);
     case frame_type::shard_pull:
     case frame_type::shard_prefetch:
+    case frame_type::cache_lookup:
+    case frame_type::cache_prefetch:
       return try_decode<std::vector<uint64_t>>(payload);
     case frame_type::shard_push:
+    case frame_type::cache_push:
       return try_decode<push_request>(payload);
+    case frame_type::cache_pass_start:
+    case frame_type::cache_pass_end:
+      return try_decode<uint64_t>(payload);
     case frame_type::shard_write_back:
       return try_decode<row_batch>(payload);
     case frame_type::shard_tick:
@@ -48,7 +56,8 @@ status check_payload_value(const frame_header& header, std::span<const std::byte
       status last = try_decode<pull_reply>(payload);
       for (auto s : {last, try_decode<push_reply>(payload), try_decode<tier_stats>(payload),
                      try_decode<uint64_t>(payload), try_decode<dense_weights>(payload),
-                     try_decode<actor_stats>(payload), try_decode<>(payload)}) {
+                     try_decode<actor_stats>(payload), try_decode<lookup_reply>(payload),
+                     try_decode<push_ack>(payload), try_decode<>(payload)}) {
         if (s) return s;
         last = s;
       }

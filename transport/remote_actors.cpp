@@ -127,6 +127,33 @@ caf::behavior shard_proxy(proxy_actor* self, std::shared_ptr<node_bridge> bridge
   };
 }
 
+caf::behavior cache_proxy(proxy_actor* self, std::shared_ptr<node_bridge> bridge,
+                          std::string peer, uint32_t target) {
+  using namespace actors;
+  init_proxy(self, std::move(bridge), std::move(peer), target);
+  return {
+      [=](lookup_atom, const std::vector<uint64_t>& keys) {
+        return forward<lookup_reply>(self, frame_type::cache_lookup, encode_payload(keys));
+      },
+      [=](prefetch_atom, const std::vector<uint64_t>& keys) {
+        one_way(self, frame_type::cache_prefetch, encode_payload(keys));
+      },
+      [=](push_atom, const push_request& r) {
+        return forward<push_ack>(self, frame_type::cache_push, encode_payload(r));
+      },
+      [=](pass_start_atom, uint64_t pass) {
+        return forward<ok_atom>(self, frame_type::cache_pass_start, encode_payload(pass));
+      },
+      [=](pass_end_atom, uint64_t pass) {
+        return forward<ok_atom>(self, frame_type::cache_pass_end, encode_payload(pass));
+      },
+      [=](drain_atom) { return forward<ok_atom>(self, frame_type::cache_drain, {}); },
+      [=](stats_atom) { return forward<tier_stats>(self, frame_type::cache_stats, {}); },
+      [=](reply_atom, uint64_t token, const frame_ptr& f) { on_reply(self, token, f); },
+      [=](fail_atom, uint64_t token, const std::string& text) { on_fail(self, token, text); },
+  };
+}
+
 caf::behavior dense_proxy(proxy_actor* self, std::shared_ptr<node_bridge> bridge,
                           std::string peer, uint32_t target) {
   using namespace actors;
@@ -230,6 +257,51 @@ caf::behavior shard_relay(caf::event_based_actor* self, std::shared_ptr<node_bri
   }};
 }
 
+caf::behavior cache_relay(caf::event_based_actor* self, std::shared_ptr<node_bridge> bridge,
+                          actors::cache_tier_actor cache) {
+  using namespace actors;
+  return {[=](frame_atom, const frame_ptr& f) {
+    auto& b = *bridge;
+    switch (f->header.type) {
+      case frame_type::cache_lookup: {
+        std::vector<uint64_t> keys;
+        if (decode_request(b, *f, keys)) {
+          relay<lookup_reply>(self, bridge, f, cache, lookup_atom::value, std::move(keys));
+        }
+        break;
+      }
+      case frame_type::cache_prefetch: {
+        std::vector<uint64_t> keys;
+        if (decode_request(b, *f, keys)) self->send(cache, prefetch_atom::value, std::move(keys));
+        break;
+      }
+      case frame_type::cache_push: {
+        push_request r;
+        if (decode_request(b, *f, r)) relay<push_ack>(self, bridge, f, cache, push_atom::value, std::move(r));
+        break;
+      }
+      case frame_type::cache_pass_start: {
+        uint64_t pass = 0;
+        if (decode_request(b, *f, pass)) relay<ok_atom>(self, bridge, f, cache, pass_start_atom::value, pass);
+        break;
+      }
+      case frame_type::cache_pass_end: {
+        uint64_t pass = 0;
+        if (decode_request(b, *f, pass)) relay<ok_atom>(self, bridge, f, cache, pass_end_atom::value, pass);
+        break;
+      }
+      case frame_type::cache_drain:
+        if (decode_request(b, *f)) relay<ok_atom>(self, bridge, f, cache, drain_atom::value);
+        break;
+      case frame_type::cache_stats:
+        if (decode_request(b, *f)) relay<tier_stats>(self, bridge, f, cache, stats_atom::value);
+        break;
+      default:
+        unsupported(b, *f, "cache tier");
+    }
+  }};
+}
+
 caf::behavior dense_relay(caf::event_based_actor* self, std::shared_ptr<node_bridge> bridge,
                           actors::dense_actor dense) {
   using namespace actors;
@@ -316,6 +388,12 @@ void node_transport::export_dense(uint32_t target, actors::dense_actor dense) {
   relays_[target] = relay;
 }
 
+void node_transport::export_cache(uint32_t target, actors::cache_tier_actor cache) {
+  auto relay = system_.spawn(cache_relay, bridge_, std::move(cache));
+  std::lock_guard lock(mu_);
+  relays_[target] = relay;
+}
+
 void node_transport::export_echo(uint32_t target) {
   std::lock_guard lock(mu_);
   echo_targets_[target] = true;
@@ -323,6 +401,11 @@ void node_transport::export_echo(uint32_t target) {
 
 actors::shard_actor node_transport::remote_shard(const std::string& peer, uint32_t target) {
   return caf::actor_cast<actors::shard_actor>(system_.spawn(shard_proxy, bridge_, peer, target));
+}
+
+actors::cache_tier_actor node_transport::remote_cache(const std::string& peer, uint32_t target) {
+  return caf::actor_cast<actors::cache_tier_actor>(
+      system_.spawn(cache_proxy, bridge_, peer, target));
 }
 
 actors::dense_actor node_transport::remote_dense(const std::string& peer, uint32_t target) {

@@ -1,11 +1,11 @@
 // Remote actors: the CAF side of the transport. A node_transport owns this
 // node's node_bridge and
-// - exports local actors (a shard, the dense actor) under a target number,
+// - exports local actors (a shard, a cache tier, the dense actor) under a target number,
 //   so peers can reach them: requests arriving for a target are decoded
 //   and sent to the actor by a relay actor, in the order the peer sent
 //   them; the actor's reply (or error) goes back as a reply frame;
 // - creates proxies of remote actors: a local actor with the same typed
-//   interface (shard_actor, dense_actor) that encodes each request into a
+//   interface (shard_actor, cache_tier_actor, dense_actor) that encodes each request into a
 //   frame and delivers the decoded reply to the waiting requester (a CAF
 //   response promise). Actor code cannot tell a proxy from a local actor,
 //   except that a request to a node that is down fails with an error
@@ -45,6 +45,7 @@ class node_transport {
   // Makes a local actor reachable by peers as `target` (unique per node).
   void export_shard(uint32_t target, actors::shard_actor shard);
   void export_dense(uint32_t target, actors::dense_actor dense);
+  void export_cache(uint32_t target, actors::cache_tier_actor cache);
   // Answers echo frames to `target` with their payload and drops sink
   // frames (tests and benchmarks of the transport itself).
   void export_echo(uint32_t target);
@@ -52,6 +53,7 @@ class node_transport {
   // A local proxy for the actor exported as `target` on node `peer`.
   actors::shard_actor remote_shard(const std::string& peer, uint32_t target);
   actors::dense_actor remote_dense(const std::string& peer, uint32_t target);
+  actors::cache_tier_actor remote_cache(const std::string& peer, uint32_t target);
 
   void stop();
 

@@ -85,6 +85,23 @@ TEST_F(ClusterTest, ExactSumAcrossThreeProcessesOverTcp) {
   EXPECT_EQ(b->wait_exit(run_timeout), 0) << b->output();
 }
 
+TEST_F(ClusterTest, CacheTierOverRemoteShardsKeepsExactSums) {
+  // Node c's cache tier (async mode) forwards pushes to shards on a and b
+  // through proxies; it does not know they are remote.
+  auto a = node({"--name", "a", "--shard", "0", "--shards", "2"});
+  auto b = node({"--name", "b", "--shard", "1", "--shards", "2"});
+  const auto addr_a = address_of(*a), addr_b = address_of(*b);
+  auto c = node({"--name", "c", "--connect", addr_a, "--connect", addr_b, "--remote-shard", "0=a",
+                 "--remote-shard", "1=b", "--shards", "2", "--cache", "--via-cache", "--keys",
+                 "3000", "--rounds", "10", "--drive", "exact-sum"});
+  expect_passes(*c);
+  EXPECT_TRUE(has_line(*c, "PASS exact-sum 3000 keys"));
+  a->close_stdin();
+  b->close_stdin();
+  EXPECT_EQ(a->wait_exit(run_timeout), 0) << a->output();
+  EXPECT_EQ(b->wait_exit(run_timeout), 0) << b->output();
+}
+
 TEST_F(ClusterTest, LargeRowsGoByRendezvousAndStayInOrder) {
   // dim 256: a push of ~2000 keys is ~2 MiB (rendezvous) while the small
   // pulls that follow are eager; the sums are only exact if nothing
@@ -105,14 +122,16 @@ TEST_F(ClusterTest, LargeRowsGoByRendezvousAndStayInOrder) {
 }
 
 TEST_F(ClusterTest, EveryMessageTypeCrossesAProcessBoundary) {
-  auto a = node({"--name", "a", "--shard", "0", "--shards", "1", "--dense", "--echo"});
+  auto a = node({"--name", "a", "--shard", "0", "--shards", "1", "--dense", "--echo", "--cache"});
   const auto addr = address_of(*a);
+  ASSERT_TRUE(a->wait_line("READY", start_timeout)) << a->output();
   auto b = node({"--name", "b", "--connect", addr, "--remote-shard", "0=a", "--remote-dense", "a",
-                 "--shards", "1", "--drive", "every-type"});
+                 "--remote-cache", "a", "--shards", "1", "--drive", "every-type"});
   expect_passes(*b);
   size_t passes = 0;
   for (const auto& l : b->lines()) passes += l.rfind("PASS", 0) == 0;
-  EXPECT_EQ(passes, 14u) << b->output();
+  // 5 shard, 6 cache tier, 4 dense, 5 echo checks.
+  EXPECT_EQ(passes, 20u) << b->output();
   a->close_stdin();
   EXPECT_EQ(a->wait_exit(run_timeout), 0) << a->output();
 }

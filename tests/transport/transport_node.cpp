@@ -27,6 +27,7 @@
 #include <mutex>
 #include <sstream>
 
+#include "actors/cache_tier_actor.hpp"
 #include "actors/dense_actor.hpp"
 #include "actors/partition_map.hpp"
 #include "actors/shard_actor.hpp"
@@ -45,6 +46,9 @@ struct options {
   std::string name, dir, drive, listen = "127.0.0.1";
   std::vector<uint32_t> shards;
   bool dense = false, echo = false, address_exchange = true;
+  bool cache = false;        // host a cache tier (async mode) over the shard handles
+  bool via_cache = false;    // exact-sum: push and look up through the cache tier
+  std::string remote_cache;  // the cache tier is on this node
   std::vector<std::string> connect;
   std::map<uint32_t, std::string> remote_shards;
   std::string remote_dense;
@@ -75,6 +79,9 @@ options parse(int argc, char** argv) {
     else if (a == "--shard") o.shards.push_back(std::stoul(next()));
     else if (a == "--dense") o.dense = true;
     else if (a == "--echo") o.echo = true;
+    else if (a == "--cache") o.cache = true;
+    else if (a == "--via-cache") o.via_cache = true;
+    else if (a == "--remote-cache") o.remote_cache = next();
     else if (a == "--connect") o.connect.push_back(next());
     else if (a == "--remote-shard") {
       auto v = next();
@@ -122,6 +129,7 @@ float increment(uint64_t key, uint32_t round, uint32_t element) {
 struct cluster_handles {
   std::vector<shard_actor> shards;
   dense_actor dense;
+  cache_tier_actor cache;
 };
 
 // Pushes `rounds` rounds of increments to every shard (in_flight requests
@@ -143,6 +151,31 @@ bool drive_exact_sum(caf::actor_system& system, const options& o, const cluster_
     using handle_t =
         decltype(self->request(c.shards[0], caf::infinite, push_atom::value, push_request{}));
     std::vector<handle_t> waiting;
+    if (o.via_cache) {
+      // One push of every shard's keys to the cache tier, which splits it
+      // per shard and forwards it (async mode) through the proxies.
+      push_request req;
+      for (uint32_t s = 0; s < o.total_shards; ++s) {
+        for (size_t i = round % 2; i < by_shard[s].size(); i += 2) req.keys.push_back(by_shard[s][i]);
+      }
+      for (auto k : req.keys) {
+        for (uint32_t e = 0; e < o.dim; ++e) {
+          req.grads.push_back(-increment(k, round, e));
+          expected[k][e] += increment(k, round, e);
+        }
+      }
+      std::optional<push_ack> ack;
+      self->request(c.cache, caf::infinite, push_atom::value, std::move(req))
+          .receive([&](push_ack& a) { ack = std::move(a); },
+                   [&](caf::error& e) { failure = system.render(e); });
+      ++requests;
+      if (!failure.empty()) {
+        say("FAIL push round " + std::to_string(round) + ": " + failure);
+        return false;
+      }
+      if (loop && round == 0) say("RUNNING");
+      continue;
+    }
     for (uint32_t s = 0; s < o.total_shards; ++s) {
       push_request req;
       // Half the keys each round, the first repeated once (a duplicate).
@@ -185,6 +218,27 @@ bool drive_exact_sum(caf::actor_system& system, const options& o, const cluster_
                 }
                 ++checked;
               }
+            },
+            [&](caf::error& e) { failure = system.render(e); });
+  }
+  if (o.via_cache && failure.empty()) {
+    // The cache tier's copies were refreshed from the shards' push replies.
+    self->request(c.cache, caf::infinite, lookup_atom::value, keys)
+        .receive(
+            [&](lookup_reply& r) {
+              for (size_t i = 0; i < r.rows.keys.size() && failure.empty(); ++i) {
+                const auto* w = weights_of(reinterpret_cast<const std::byte*>(
+                    r.rows.records.data() + i * layout.record_bytes()));
+                for (uint32_t e = 0; e < o.dim; ++e) {
+                  if (w[e] != expected[r.rows.keys[i]][e]) {
+                    failure = "cache lookup of key " + std::to_string(r.rows.keys[i]) + ": " +
+                              std::to_string(w[e]) + " != " +
+                              std::to_string(expected[r.rows.keys[i]][e]);
+                    break;
+                  }
+                }
+              }
+              if (r.rows.keys.size() != keys.size()) failure = "cache lookup returned too few rows";
             },
             [&](caf::error& e) { failure = system.render(e); });
   }
@@ -297,6 +351,21 @@ bool drive_every_type(caf::actor_system& system, transport::node_transport& t, c
     failure.clear();
     all &= check(named, "remote error text");
   }
+  if (!o.remote_cache.empty()) {
+    auto looked = ask<lookup_reply>(self, c.cache, failure, lookup_atom::value, keys);
+    all &= check(looked && looked->rows.keys == keys, "cache lookup (lookup_reply)");
+    self->send(c.cache, prefetch_atom::value, std::vector<uint64_t>{21, 22});
+    auto ack = ask<push_ack>(self, c.cache, failure, push_atom::value,
+                             push_request{{12}, std::vector<float>(o.dim, -1.0f), 4});
+    all &= check(ack && ack->versions.size() == 1 && ack->versions[0] > 0, "cache push (push_ack)");
+    all &= check(ask<ok_atom>(self, c.cache, failure, pass_start_atom::value, uint64_t{1}).has_value(),
+                 "cache pass_start");
+    all &= check(ask<ok_atom>(self, c.cache, failure, pass_end_atom::value, uint64_t{1}).has_value(),
+                 "cache pass_end");
+    auto cs = ask<tier_stats>(self, c.cache, failure, stats_atom::value);
+    all &= check(cs && cs->kind == "cache" && cs->prefetch_requests >= 1, "cache prefetch, stats");
+    all &= check(ask<ok_atom>(self, c.cache, failure, drain_atom::value).has_value(), "cache drain");
+  }
   if (!o.remote_dense.empty()) {
     const auto& peer = o.remote_dense;
     all &= check(echo_equal<push_ack>(t, peer, push_ack{{1, 2, 3}},
@@ -387,6 +456,15 @@ int run(const options& o) {
   }
   for (auto& [index, peer] : o.remote_shards) c.shards[index] = transport.remote_shard(peer, index);
   if (!o.remote_dense.empty()) c.dense = transport.remote_dense(o.remote_dense, 100);
+  if (o.cache) {
+    cache_config cc;
+    cc.table = testing::exact_sum_table(o.dim);
+    cc.geometry.sets = 256;  // 8192 rows
+    c.cache = spawn_cache_tier(system, cc, training_mode::async, c.shards,
+                               partition_map(64, o.total_shards));
+    transport.export_cache(300, c.cache);
+  }
+  if (!o.remote_cache.empty()) c.cache = transport.remote_cache(o.remote_cache, 300);
   say("READY");
 
   int rc = 0;
@@ -404,6 +482,10 @@ int run(const options& o) {
   // Drain local shards (every dirty row written down) before stopping.
   {
     caf::scoped_actor self{system};
+    if (o.cache) {
+      self->request(c.cache, std::chrono::seconds(60), drain_atom::value)
+          .receive([](ok_atom) {}, [](caf::error&) {});
+    }
     for (auto index : o.shards) {
       self->request(c.shards[index], std::chrono::seconds(60), drain_atom::value)
           .receive([](ok_atom) {}, [](caf::error&) {});
@@ -419,6 +501,7 @@ int run(const options& o) {
   transport.stop();
   for (auto& s : c.shards) caf::anon_send_exit(s, caf::exit_reason::user_shutdown);
   if (c.dense) caf::anon_send_exit(c.dense, caf::exit_reason::user_shutdown);
+  if (c.cache) caf::anon_send_exit(c.cache, caf::exit_reason::user_shutdown);
   return rc;
 }
 
