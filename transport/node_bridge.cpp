@@ -11,6 +11,8 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
+#include <cstdio>
+#include <cstdlib>
 #include <deque>
 #include <filesystem>
 #include <iostream>
@@ -18,6 +20,7 @@
 #include <mutex>
 #include <optional>
 #include <random>
+#include <sstream>
 #include <thread>
 #include <unordered_map>
 
@@ -65,6 +68,7 @@ struct peer_state {
   bool leaving = false;  // goodbye seen; down once everything before it is delivered
   clock::time_point last_heard;
   bool by_address = false;
+  std::string transports;  // UCX lanes of `ep` (written under mu_ on its first frame)
   // --- guarded by mu_
   bool up = false;
   bool down = false;
@@ -299,13 +303,20 @@ struct node_bridge::impl {
     return nullptr;
   }
 
+  // `peer_errors`: UCP_ERR_HANDLING_MODE_PEER with our error handler. UCX
+  // 1.13's shared-memory transports cannot detect peer failure, so an
+  // endpoint asking for it never uses them: worker-address endpoints go
+  // without (the listener connection beside them, kept open, and the
+  // heartbeat detect the failure; docs/transport.md).
   ep_context* create_ep(ucp_ep_params_t& params, int peer, uint64_t connect,
-                        std::string& failure) {
+                        std::string& failure, bool peer_errors = true) {
     auto* ctx = new_ep_context(peer, connect);
-    params.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLER | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
-    params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-    params.err_handler.cb = &impl::on_ep_error;
-    params.err_handler.arg = ctx;
+    if (peer_errors) {
+      params.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLER | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+      params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+      params.err_handler.cb = &impl::on_ep_error;
+      params.err_handler.arg = ctx;
+    }
     const auto s = ucp_ep_create(worker, &params, &ctx->ep);
     if (s != UCS_OK) {
       failure = ucs_status_string(s);
@@ -556,6 +567,12 @@ struct node_bridge::impl {
     if (peer.down) return;
     if (auto s = check_payload(h, payload); !s) return reject(&peer, s.err().message());
     peer.last_heard = clock::now();
+    if (peer.transports.empty() && peer.ep != nullptr) {
+      // Lanes are final once the peer answered over them.
+      auto lanes = lanes_of(peer.ep);
+      std::lock_guard lock(mu_);
+      peer.transports = std::move(lanes);
+    }
     peer.bytes_received += frame_header_bytes + payload.size();
     ++peer.frames_received;
     if (!is_sequenced(h.type)) {
@@ -690,14 +707,43 @@ struct node_bridge::impl {
       p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
       p.address = reinterpret_cast<const ucp_address_t*>(address.data());
       std::string failure;
-      if (auto* ctx = create_ep(p, static_cast<int>(peer.index), 0, failure)) {
+      if (auto* ctx = create_ep(p, static_cast<int>(peer.index), 0, failure, false)) {
         peer.ep = ctx->ep;
         peer.by_address = true;
+        if (config.log_endpoints) ucp_ep_print_info(ctx->ep, stderr);
       } else {
         log("node '" + peer.name + "': connecting by worker address failed (" + failure +
             "), keeping the listener connection");
       }
     }
+  }
+
+  // The UCX transports of an endpoint's lanes ("posix/memory,tcp/lo"), from
+  // ucp_ep_print_info (UCX 1.13 has no query for them).
+  static std::string lanes_of(ucp_ep_h ep) {
+    char* text = nullptr;
+    size_t size = 0;
+    FILE* out = ::open_memstream(&text, &size);
+    if (out == nullptr) return {};
+    ucp_ep_print_info(ep, out);
+    std::fclose(out);
+    std::string info(text, size);
+    std::free(text);
+    // Lines like "lane[1]:  1:tcp/lo.0 md[1] -> ..." ("lane[0]: cm rdmacm" has no transport).
+    std::string lanes;
+    std::istringstream lines(info);
+    for (std::string line; std::getline(lines, line);) {
+      const size_t lane = line.find("lane[");
+      if (lane == std::string::npos) continue;
+      std::istringstream words(line.substr(line.find("]:", lane) + 2));
+      std::string first;
+      words >> first;
+      const size_t colon = first.find(':');
+      if (colon == std::string::npos) continue;
+      const auto name = first.substr(colon + 1);
+      if (lanes.find(name) == std::string::npos) lanes += (lanes.empty() ? "" : ",") + name;
+    }
+    return lanes;
   }
 
   void set_up(peer_state& peer) {
@@ -1018,6 +1064,7 @@ transport_stats node_bridge::stats() const {
     ps.outstanding_bytes = p->outstanding;
     ps.pending_requests = p->pending_requests.size();
     ps.shared_memory_path = p->by_address;
+    ps.transports = p->transports;
     s.rejected_frames += ps.rejected_frames;
     s.peers.push_back(std::move(ps));
   }

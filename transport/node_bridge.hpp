@@ -63,6 +63,8 @@ struct bridge_config {
   // Identifies the host for the same-host test; empty: hostname plus the
   // network namespace.
   std::string host_id;
+  // Print UCX's lanes (transports) of each worker-address endpoint to stderr.
+  bool log_endpoints = false;
   // Test seam (STYLE.md: faults through seams): called with every sequenced
   // frame after it is sealed, before it is sent; it may corrupt it.
   std::function<void(frame_header&, std::vector<std::byte>& payload)> outgoing_fault;

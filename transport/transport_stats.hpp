@@ -22,6 +22,7 @@ struct peer_stats {
   uint64_t outstanding_bytes = 0;  // gauge: bytes sent and not yet released (back-pressure)
   uint64_t pending_requests = 0;   // gauge: requests waiting for their reply
   bool shared_memory_path = false;  // connected by worker address (same host)
+  std::string transports;           // UCX transports carrying its frames, e.g. "posix/memory,tcp/lo" 
 };
 
 struct transport_stats {

@@ -81,6 +81,15 @@ TEST(NodeBridge, FramesArriveInSendOrderWhateverTheirSize) {
     ASSERT_EQ(stats.peers.size(), 1u);
     EXPECT_GT(stats.peers[0].rendezvous_frames_received, 0u);
     EXPECT_EQ(stats.peers[0].shared_memory_path, address_exchange);
+    // Worker-address endpoints really use shared memory; listener ones TCP.
+    const auto& lanes = stats.peers[0].transports;
+    if (address_exchange) {
+      EXPECT_TRUE(lanes.find("sysv/") != std::string::npos ||
+                  lanes.find("posix/") != std::string::npos)
+          << lanes;
+    } else {
+      EXPECT_NE(lanes.find("tcp/"), std::string::npos) << lanes;
+    }
   }
 }
 

@@ -60,6 +60,13 @@ TEST_F(ClusterTest, ExactSumAcrossTwoProcesses) {
   EXPECT_TRUE(has_line(*b, "PASS exact-sum 2000 keys"));
   // Same host: the connection moved to the worker address (shared memory).
   EXPECT_TRUE(has_line(*b, "PEER a path=worker-address")) << b->output();
+  // ... and UCX really carries it over a shared-memory transport.
+  bool shared_memory = false;
+  for (const auto& l : b->lines()) {
+    if (l.rfind("PEER a", 0) != 0) continue;
+    shared_memory = l.find("posix/") != std::string::npos || l.find("sysv/") != std::string::npos;
+  }
+  EXPECT_TRUE(shared_memory) << b->output();
   a->close_stdin();
   EXPECT_EQ(a->wait_exit(run_timeout), 0) << a->output();
 }
@@ -78,6 +85,11 @@ TEST_F(ClusterTest, ExactSumAcrossThreeProcessesOverTcp) {
   expect_passes(*c);
   EXPECT_TRUE(has_line(*c, "PASS exact-sum 3000 keys"));
   EXPECT_TRUE(has_line(*c, "PEER a path=listener"));
+  for (const auto& l : c->lines()) {
+    if (l.rfind("PEER ", 0) == 0) {
+      EXPECT_NE(l.find("transports=tcp/"), std::string::npos) << l;
+    }
+  }
   EXPECT_TRUE(has_line(*c, "PEER b path=listener"));
   a->close_stdin();
   b->close_stdin();

@@ -496,7 +496,7 @@ int run(const options& o) {
         " sent=" + std::to_string(p.frames_sent) + " received=" +
         std::to_string(p.frames_received) + " rendezvous=" +
         std::to_string(p.rendezvous_frames_received) + " rejected=" +
-        std::to_string(p.rejected_frames));
+        std::to_string(p.rejected_frames) + " transports=" + p.transports);
   }
   transport.stop();
   for (auto& s : c.shards) caf::anon_send_exit(s, caf::exit_reason::user_shutdown);
