@@ -53,8 +53,7 @@ struct measured {
 
 // `iterations` requests, `in_flight` outstanding, from a blocking actor.
 template <class Reply, class Make>
-measured drive(caf::actor_system& system, uint32_t iterations,
-               uint32_t in_flight, Make make) {
+measured drive(caf::actor_system& system, uint32_t iterations, uint32_t in_flight, Make make) {
   caf::scoped_actor self{system};
   using handle_t = decltype(make(self));
   std::deque<handle_t> waiting;
@@ -112,8 +111,8 @@ double ucx_perftest_gbs(const std::string& mode, size_t bytes, uint32_t iteratio
   std::vector<std::string> env{"UCX_NET_DEVICES=lo"};
   if (mode == "tcp") env.push_back("UCX_TLS=tcp");
   const std::string port = std::to_string(20000 + ::getpid() % 20000);
-  const std::vector<std::string> common{"-t", "ucp_am_bw", "-s", std::to_string(bytes),
-                                        "-n", std::to_string(iterations), "-p", port};
+  const std::vector<std::string> common{
+      "-t", "ucp_am_bw", "-s", std::to_string(bytes), "-n", std::to_string(iterations), "-p", port};
   child_process server(binary, common, env);
   std::optional<std::string> final_line;
   for (int attempt = 0; attempt < 20 && !final_line; ++attempt) {
@@ -143,10 +142,9 @@ double frames_gbs(transport::node_bridge& bridge, const std::string& peer, size_
       if (!s) throw std::runtime_error("transport bench: " + s.err().to_string());
     }
     std::promise<expected<transport::inbound_frame>> done;
-    auto s = bridge.request(peer, transport::frame_type::echo, 200, {},
-                            [&done](expected<transport::inbound_frame> r) {
-                              done.set_value(std::move(r));
-                            });
+    auto s = bridge.request(
+        peer, transport::frame_type::echo, 200, {},
+        [&done](expected<transport::inbound_frame> r) { done.set_value(std::move(r)); });
     if (!s) throw std::runtime_error("transport bench: " + s.err().to_string());
     auto r = done.get_future().get();
     if (!r) throw std::runtime_error("transport bench: " + r.err().to_string());
@@ -180,7 +178,8 @@ int run_transport_bench_peer(const std::string& mode, const std::filesystem::pat
     shard_config c;
     c.index = dim;
     c.table = bench_table(dim);
-    c.dram.capacity_bytes = dram_tier::budget_for_rows(c.table.layout, c.dram.policy, 4 * batch_keys);
+    c.dram.capacity_bytes =
+        dram_tier::budget_for_rows(c.table.layout, c.dram.policy, 4 * batch_keys);
     c.lmdb.directory = work_dir / ("transport-peer-" + mode + "-" + std::to_string(dim));
     c.lmdb.table = c.table.name;
     c.lmdb.partitions = 64;
@@ -193,7 +192,8 @@ int run_transport_bench_peer(const std::string& mode, const std::filesystem::pat
     (*t)->export_shard(dim, *shard);
     auto port = system.middleman().publish(*shard, 0, "127.0.0.1");
     if (!port) {
-      std::cerr << "transport bench peer: CAF publish failed: " << system.render(port.error()) << "\n";
+      std::cerr << "transport bench peer: CAF publish failed: " << system.render(port.error())
+                << "\n";
       return 1;
     }
     std::cout << "CAF" << dim << " " << *port << std::endl;
@@ -219,15 +219,15 @@ void run_transport_bench(const transport_bench_options& options, bench_report& r
   bool caf_done = false;
   std::map<uint32_t, exchange_result> caf_results;
   for (const std::string mode : {"shm", "tcp"}) {
-    child_process peer(options.self_binary,
-                       {"bench", "transport", "--transport-peer", mode, "--dir",
-                        options.work_dir.string()});
+    child_process peer(options.self_binary, {"bench", "transport", "--transport-peer", mode,
+                                             "--dir", options.work_dir.string()});
     if (!peer.wait_line("READY", 120s)) {
       throw std::runtime_error("transport bench: the peer did not start:\n" + peer.output());
     }
     auto value_of = [&](const std::string& key) {
       for (const auto& l : peer.lines()) {
-        if (l.rfind(key + " ", 0) == 0) return static_cast<uint16_t>(std::stoul(l.substr(key.size() + 1)));
+        if (l.rfind(key + " ", 0) == 0)
+          return static_cast<uint16_t>(std::stoul(l.substr(key.size() + 1)));
       }
       throw std::runtime_error("transport bench: the peer printed no " + key);
     };

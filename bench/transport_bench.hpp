@@ -16,10 +16,10 @@
 namespace strata::bench {
 
 struct transport_bench_options {
-  bool small = false;               // few iterations (a smoke run)
-  uint32_t in_flight = 8;           // requests outstanding
-  std::string self_binary;          // the strata binary, started as the peer
-  std::filesystem::path work_dir;   // the peer's LMDB files
+  bool small = false;              // few iterations (a smoke run)
+  uint32_t in_flight = 8;          // requests outstanding
+  std::string self_binary;         // the strata binary, started as the peer
+  std::filesystem::path work_dir;  // the peer's LMDB files
 };
 
 // Rows: transport_{pull,push}_dim{64,128}_{shm,tcp} in GB/s against

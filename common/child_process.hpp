@@ -63,7 +63,8 @@ class child_process {
 
   // Reads until a line starting with `prefix` appears; returns it, or
   // nullopt at the deadline or at end of output.
-  std::optional<std::string> wait_line(const std::string& prefix, std::chrono::milliseconds timeout) {
+  std::optional<std::string> wait_line(const std::string& prefix,
+                                       std::chrono::milliseconds timeout) {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     size_t seen = 0;
     while (true) {

@@ -30,7 +30,9 @@ namespace strata::transport {
 
 // caf::atom_constant<V>: an empty type with a static value; not encoded.
 template <class T>
-inline constexpr bool is_atom = std::is_empty_v<T> && requires { T::uint_value(); };
+inline constexpr bool is_atom = std::is_empty_v<T>&& requires {
+  T::uint_value();
+};
 
 class wire_writer {
  public:
@@ -64,7 +66,11 @@ class wire_writer {
       const uint64_t n = x.size();
       raw(&n, sizeof n);
       raw(x.data(), x.size());
-    } else if constexpr (requires { typename T::value_type; x.size(); x.data(); }) {
+    } else if constexpr (requires {
+                           typename T::value_type;
+                           x.size();
+                           x.data();
+                         }) {
       using V = typename T::value_type;
       const uint64_t n = x.size();
       raw(&n, sizeof n);
@@ -144,7 +150,11 @@ class wire_reader {
       if (!take_count(n, 1)) return;
       x.resize(n);
       take(x.data(), n);
-    } else if constexpr (requires { typename T::value_type; x.resize(0); x.data(); }) {
+    } else if constexpr (requires {
+                           typename T::value_type;
+                           x.resize(0);
+                           x.data();
+                         }) {
       using V = typename T::value_type;
       uint64_t n = 0;
       if constexpr (std::is_arithmetic_v<V> && !std::is_same_v<V, bool>) {

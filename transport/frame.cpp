@@ -74,31 +74,56 @@ bool is_sequenced(frame_type type) { return static_cast<uint16_t>(type) >= 16; }
 
 std::string_view to_string(frame_type type) {
   switch (type) {
-    case frame_type::hello: return "hello";
-    case frame_type::hello_ack: return "hello_ack";
-    case frame_type::heartbeat: return "heartbeat";
-    case frame_type::goodbye: return "goodbye";
-    case frame_type::shard_pull: return "shard_pull";
-    case frame_type::shard_push: return "shard_push";
-    case frame_type::shard_write_back: return "shard_write_back";
-    case frame_type::shard_prefetch: return "shard_prefetch";
-    case frame_type::shard_tick: return "shard_tick";
-    case frame_type::shard_drain: return "shard_drain";
-    case frame_type::shard_stats: return "shard_stats";
-    case frame_type::cache_lookup: return "cache_lookup";
-    case frame_type::cache_prefetch: return "cache_prefetch";
-    case frame_type::cache_push: return "cache_push";
-    case frame_type::cache_pass_start: return "cache_pass_start";
-    case frame_type::cache_pass_end: return "cache_pass_end";
-    case frame_type::cache_drain: return "cache_drain";
-    case frame_type::cache_stats: return "cache_stats";
-    case frame_type::dense_push: return "dense_push";
-    case frame_type::dense_pull: return "dense_pull";
-    case frame_type::dense_stats: return "dense_stats";
-    case frame_type::echo: return "echo";
-    case frame_type::sink: return "sink";
-    case frame_type::reply: return "reply";
-    case frame_type::reply_error: return "reply_error";
+    case frame_type::hello:
+      return "hello";
+    case frame_type::hello_ack:
+      return "hello_ack";
+    case frame_type::heartbeat:
+      return "heartbeat";
+    case frame_type::goodbye:
+      return "goodbye";
+    case frame_type::shard_pull:
+      return "shard_pull";
+    case frame_type::shard_push:
+      return "shard_push";
+    case frame_type::shard_write_back:
+      return "shard_write_back";
+    case frame_type::shard_prefetch:
+      return "shard_prefetch";
+    case frame_type::shard_tick:
+      return "shard_tick";
+    case frame_type::shard_drain:
+      return "shard_drain";
+    case frame_type::shard_stats:
+      return "shard_stats";
+    case frame_type::cache_lookup:
+      return "cache_lookup";
+    case frame_type::cache_prefetch:
+      return "cache_prefetch";
+    case frame_type::cache_push:
+      return "cache_push";
+    case frame_type::cache_pass_start:
+      return "cache_pass_start";
+    case frame_type::cache_pass_end:
+      return "cache_pass_end";
+    case frame_type::cache_drain:
+      return "cache_drain";
+    case frame_type::cache_stats:
+      return "cache_stats";
+    case frame_type::dense_push:
+      return "dense_push";
+    case frame_type::dense_pull:
+      return "dense_pull";
+    case frame_type::dense_stats:
+      return "dense_stats";
+    case frame_type::echo:
+      return "echo";
+    case frame_type::sink:
+      return "sink";
+    case frame_type::reply:
+      return "reply";
+    case frame_type::reply_error:
+      return "reply_error";
   }
   return "unknown";
 }
@@ -136,8 +161,8 @@ expected<frame_header> decode_header(std::span<const std::byte> bytes, uint32_t 
   h.version = get<uint16_t>(p, off_version);
   if (h.version != wire_version) {
     return error(errc::format_mismatch, "frame version " + std::to_string(h.version) +
-                                            " (this build speaks " +
-                                            std::to_string(wire_version) + ")");
+                                            " (this build speaks " + std::to_string(wire_version) +
+                                            ")");
   }
   const auto type = get<uint16_t>(p, off_type);
   if (!is_known_type(type)) {
@@ -193,7 +218,8 @@ std::vector<std::byte> make_frame(frame_header header, std::span<const std::byte
   seal(header, payload);
   std::vector<std::byte> out(frame_header_bytes + payload.size());
   encode_header(header, std::span<std::byte, frame_header_bytes>(out.data(), frame_header_bytes));
-  if (!payload.empty()) std::memcpy(out.data() + frame_header_bytes, payload.data(), payload.size());
+  if (!payload.empty())
+    std::memcpy(out.data() + frame_header_bytes, payload.data(), payload.size());
   return out;
 }
 

@@ -81,8 +81,8 @@ struct frame_header {
   uint64_t request_id = 0;  // requests and their replies; 0 otherwise
   uint32_t target = 0;      // exported actor on the receiving node
   uint32_t payload_bytes = 0;
-  uint32_t crc = 0;      // CRC32C of header (crc = 0) + payload
-  uint32_t reserved = 0; // must be 0
+  uint32_t crc = 0;       // CRC32C of header (crc = 0) + payload
+  uint32_t reserved = 0;  // must be 0
 };
 
 // Writes the header into exactly frame_header_bytes bytes.

@@ -10,9 +10,9 @@
 #include <array>
 #include <atomic>
 #include <condition_variable>
-#include <cstring>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <filesystem>
 #include <iostream>
@@ -90,8 +90,8 @@ struct peer_state {
 // Context of one UCX endpoint for its error handler.
 struct ep_context {
   node_bridge::impl* owner = nullptr;
-  int peer = -1;          // -1: not yet bound (accepted, or connecting)
-  uint64_t connect = 0;   // the connect op it belongs to, if any
+  int peer = -1;         // -1: not yet bound (accepted, or connecting)
+  uint64_t connect = 0;  // the connect op it belongs to, if any
   ucp_ep_h ep = nullptr;
   bool closed = false;
 };
@@ -198,8 +198,8 @@ struct node_bridge::impl {
     ucp_address_t* address = nullptr;
     size_t address_length = 0;
     if (auto as = ucp_worker_get_address(worker, &address, &address_length); as != UCS_OK) {
-      return error(errc::unavailable, std::string("ucp_worker_get_address: ") +
-                                          ucs_status_string(as));
+      return error(errc::unavailable,
+                   std::string("ucp_worker_get_address: ") + ucs_status_string(as));
     }
     const auto* a = reinterpret_cast<const uint8_t*>(address);
     worker_address.assign(a, a + address_length);
@@ -218,8 +218,8 @@ struct node_bridge::impl {
     am.cb = &impl::on_am;
     am.arg = this;
     if (auto hs = ucp_worker_set_am_recv_handler(worker, &am); hs != UCS_OK) {
-      return error(errc::unavailable, std::string("ucp_worker_set_am_recv_handler: ") +
-                                          ucs_status_string(hs));
+      return error(errc::unavailable,
+                   std::string("ucp_worker_set_am_recv_handler: ") + ucs_status_string(hs));
     }
 
     sockaddr_in sa{};
@@ -308,8 +308,8 @@ struct node_bridge::impl {
   // endpoint asking for it never uses them: worker-address endpoints go
   // without (the listener connection beside them, kept open, and the
   // heartbeat detect the failure; docs/transport.md).
-  ep_context* create_ep(ucp_ep_params_t& params, int peer, uint64_t connect,
-                        std::string& failure, bool peer_errors = true) {
+  ep_context* create_ep(ucp_ep_params_t& params, int peer, uint64_t connect, std::string& failure,
+                        bool peer_errors = true) {
     auto* ctx = new_ep_context(peer, connect);
     if (peer_errors) {
       params.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLER | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
@@ -435,8 +435,8 @@ struct node_bridge::impl {
       ++peer->frames_sent;
     }
     ucp_request_param_t p{};
-    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
-                     UCP_OP_ATTR_FIELD_FLAGS;
+    p.op_attr_mask =
+        UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
     p.flags = reply_flag ? UCP_AM_SEND_FLAG_REPLY : 0;
     p.cb.send = &impl::on_sent;
     p.user_data = op.get();
@@ -479,8 +479,7 @@ struct node_bridge::impl {
       return;
     }
     ++peer->rejected;
-    log("rejected a frame from node '" + peer->name + "': " + reason +
-        "; closing the connection");
+    log("rejected a frame from node '" + peer->name + "': " + reason + "; closing the connection");
     mark_down(*peer, "rejected frame: " + reason);
   }
 
@@ -511,7 +510,8 @@ struct node_bridge::impl {
     if (header_length >= frame_header_bytes) {
       uint64_t sender = 0;
       std::memcpy(&sender, hbytes.data() + 8, sizeof sender);
-      if (auto it = by_node_id.find(sender); it != by_node_id.end()) peer = peers_[it->second].get();
+      if (auto it = by_node_id.find(sender); it != by_node_id.end())
+        peer = peers_[it->second].get();
     }
     const bool rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
     if (!h) return reject(peer, h.err().message());
@@ -527,8 +527,8 @@ struct node_bridge::impl {
       std::vector<std::byte> payload(static_cast<std::byte*>(data),
                                      static_cast<std::byte*>(data) + length);
       if (auto s = check_payload(*h, payload); !s) return reject(peer, s.err().message());
-      ucp_ep_h reply_ep = (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ? param->reply_ep
-                                                                                : nullptr;
+      ucp_ep_h reply_ep =
+          (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ? param->reply_ep : nullptr;
       return handle_hello(*h, payload, reply_ep);
     }
     if (peer == nullptr) return reject(nullptr, "sender " + std::to_string(h->sender) + " unknown");
@@ -630,8 +630,8 @@ struct node_bridge::impl {
     if (auto s = decode_payload(payload, hello); !s) {
       return reject(nullptr, "bad hello: " + s.err().message());
     }
-    const bool same_host = config.exchange_worker_address && !hello.worker_address.empty() &&
-                           hello.host_id == host_id;
+    const bool same_host =
+        config.exchange_worker_address && !hello.worker_address.empty() && hello.host_id == host_id;
     if (h.type == frame_type::hello_ack) {
       auto it = connects.find(h.request_id);
       if (it == connects.end()) return reject(nullptr, "hello_ack for no connection attempt");
@@ -780,9 +780,9 @@ struct node_bridge::impl {
     peer.reorder.clear();
     for (auto& [id, req] : pending) {
       req.handler(error(errc::unavailable, "node '" + peer.name + "' is down (" + reason +
-                                               "): request " +
-                                               std::string(to_string(req.type)) + " to target " +
-                                               std::to_string(req.target) + " failed"));
+                                               "): request " + std::string(to_string(req.type)) +
+                                               " to target " + std::to_string(req.target) +
+                                               " failed"));
     }
     if (on_peer) on_peer(peer.name, false, reason);
   }
@@ -854,10 +854,11 @@ struct node_bridge::impl {
       // Some transports' rendezvous steps do not signal the event fd: with
       // frames in flight, sleep at most 1 ms; idle, until the next heartbeat.
       const auto wait_ms =
-          waiting_on_peers ? int64_t{1}
-                           : std::chrono::duration_cast<std::chrono::milliseconds>(next_beat -
-                                                                                   clock::now())
-                                     .count() + 1;
+          waiting_on_peers
+              ? int64_t{1}
+              : std::chrono::duration_cast<std::chrono::milliseconds>(next_beat - clock::now())
+                        .count() +
+                    1;
       std::array<pollfd, 2> fds{pollfd{worker_fd, POLLIN, 0}, pollfd{wake_fd, POLLIN, 0}};
       ::poll(fds.data(), fds.size(), static_cast<int>(std::max<int64_t>(wait_ms, 0)));
       if (fds[1].revents & POLLIN) {
@@ -877,7 +878,8 @@ struct node_bridge::impl {
       }
     }
     drain_queue();
-    for (auto* p : live) send_control(p->ep, frame_type::goodbye, 0, false, static_cast<int>(p->index));
+    for (auto* p : live)
+      send_control(p->ep, frame_type::goodbye, 0, false, static_cast<int>(p->index));
     const auto deadline = clock::now() + std::chrono::seconds(2);
     while (sends_in_flight > 0 && clock::now() < deadline) ucp_worker_progress(worker);
     for (auto& c : ep_contexts) schedule_close(c.get());
@@ -924,8 +926,8 @@ struct node_bridge::impl {
       if (peer.down || stopping_) {
         return error(errc::unavailable, "node '" + name + "' is down (" +
                                             (stopping_ ? "this node stopped" : peer.down_reason) +
-                                            "): " + std::string(to_string(type)) +
-                                            " to target " + std::to_string(target) + " not sent");
+                                            "): " + std::string(to_string(type)) + " to target " +
+                                            std::to_string(target) + " not sent");
       }
       frame_header h;
       h.type = type;
@@ -939,9 +941,8 @@ struct node_bridge::impl {
       op->peer = peer.index;
       peer.outstanding += op->bytes;
       if (on_reply) {
-        peer.pending_requests.emplace(h.request_id,
-                                      peer_state::pending{std::move(on_reply), op->bytes, type,
-                                                          target});
+        peer.pending_requests.emplace(
+            h.request_id, peer_state::pending{std::move(on_reply), op->bytes, type, target});
       }
       queue_.push_back(std::move(op));
     }
@@ -1011,7 +1012,8 @@ status node_bridge::wait_for_peer(const std::string& peer, std::chrono::millisec
                                         std::to_string(timeout.count()) + " ms");
   }
   auto& p = *impl_->peers_[impl_->by_name_.at(peer)];
-  if (p.down) return error(errc::unavailable, "node '" + peer + "' is down (" + p.down_reason + ")");
+  if (p.down)
+    return error(errc::unavailable, "node '" + peer + "' is down (" + p.down_reason + ")");
   return {};
 }
 

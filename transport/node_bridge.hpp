@@ -45,9 +45,9 @@
 namespace strata::transport {
 
 struct bridge_config {
-  std::string node_name;                    // unique in the cluster; names it in every error
-  std::string listen_address = "127.0.0.1"; // IPv4 address of the listener
-  uint16_t listen_port = 0;                 // 0: any free port (see node_bridge::port())
+  std::string node_name;                     // unique in the cluster; names it in every error
+  std::string listen_address = "127.0.0.1";  // IPv4 address of the listener
+  uint16_t listen_port = 0;                  // 0: any free port (see node_bridge::port())
   std::chrono::milliseconds heartbeat_interval{1000};
   // Silence for this long marks a peer down. Generous by default: a loaded
   // 2-core machine must never declare a live node dead.
@@ -89,8 +89,8 @@ class node_bridge {
   // The reply frame (type reply or reply_error), or an error naming the
   // node when the peer went down or the bridge stopped.
   using reply_handler = std::function<void(expected<inbound_frame>)>;
-  using peer_handler = std::function<void(const std::string& peer, bool up,
-                                          const std::string& reason)>;
+  using peer_handler =
+      std::function<void(const std::string& peer, bool up, const std::string& reason)>;
 
   // Creates the UCX context and worker, the listener and the progress
   // thread. `on_inbound` receives requests and one-way frames (never

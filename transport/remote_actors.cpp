@@ -100,8 +100,8 @@ void on_fail(proxy_actor* self, uint64_t token, const std::string& text) {
   rp.deliver(caf::make_error(caf::sec::runtime_error, text));
 }
 
-caf::behavior shard_proxy(proxy_actor* self, std::shared_ptr<node_bridge> bridge,
-                          std::string peer, uint32_t target) {
+caf::behavior shard_proxy(proxy_actor* self, std::shared_ptr<node_bridge> bridge, std::string peer,
+                          uint32_t target) {
   using namespace actors;
   init_proxy(self, std::move(bridge), std::move(peer), target);
   return {
@@ -127,8 +127,8 @@ caf::behavior shard_proxy(proxy_actor* self, std::shared_ptr<node_bridge> bridge
   };
 }
 
-caf::behavior cache_proxy(proxy_actor* self, std::shared_ptr<node_bridge> bridge,
-                          std::string peer, uint32_t target) {
+caf::behavior cache_proxy(proxy_actor* self, std::shared_ptr<node_bridge> bridge, std::string peer,
+                          uint32_t target) {
   using namespace actors;
   init_proxy(self, std::move(bridge), std::move(peer), target);
   return {
@@ -154,8 +154,8 @@ caf::behavior cache_proxy(proxy_actor* self, std::shared_ptr<node_bridge> bridge
   };
 }
 
-caf::behavior dense_proxy(proxy_actor* self, std::shared_ptr<node_bridge> bridge,
-                          std::string peer, uint32_t target) {
+caf::behavior dense_proxy(proxy_actor* self, std::shared_ptr<node_bridge> bridge, std::string peer,
+                          uint32_t target) {
   using namespace actors;
   init_proxy(self, std::move(bridge), std::move(peer), target);
   return {
@@ -180,9 +180,9 @@ void reply_error(node_bridge& bridge, const inbound_frame& f, const std::string&
 template <class... Ts>
 bool decode_request(node_bridge& bridge, const inbound_frame& f, Ts&... xs) {
   if (auto s = decode_payload(f.payload, xs...); !s) {
-    reply_error(bridge, f, "node '" + bridge.name() + "': bad " +
-                               std::string(to_string(f.header.type)) + " payload: " +
-                               s.err().message());
+    reply_error(bridge, f,
+                "node '" + bridge.name() + "': bad " + std::string(to_string(f.header.type)) +
+                    " payload: " + s.err().message());
     return false;
   }
   return true;
@@ -200,16 +200,16 @@ void relay(caf::event_based_actor* self, const std::shared_ptr<node_bridge>& bri
             bridge->reply(peer, id, frame_type::reply, encode_payload(rs...));
           },
           [self, bridge, peer, id](caf::error& e) {
-            bridge->reply(peer, id, frame_type::reply_error,
-                          encode_payload("node '" + bridge->name() + "': " +
-                                         self->system().render(e)));
+            bridge->reply(
+                peer, id, frame_type::reply_error,
+                encode_payload("node '" + bridge->name() + "': " + self->system().render(e)));
           });
 }
 
 void unsupported(node_bridge& bridge, const inbound_frame& f, const char* kind) {
-  reply_error(bridge, f, "node '" + bridge.name() + "': target " +
-                             std::to_string(f.header.target) + " is a " + kind + ", not a " +
-                             std::string(to_string(f.header.type)) + " receiver");
+  reply_error(bridge, f,
+              "node '" + bridge.name() + "': target " + std::to_string(f.header.target) + " is a " +
+                  kind + ", not a " + std::string(to_string(f.header.type)) + " receiver");
 }
 
 caf::behavior shard_relay(caf::event_based_actor* self, std::shared_ptr<node_bridge> bridge,
@@ -220,12 +220,14 @@ caf::behavior shard_relay(caf::event_based_actor* self, std::shared_ptr<node_bri
     switch (f->header.type) {
       case frame_type::shard_pull: {
         std::vector<uint64_t> keys;
-        if (decode_request(b, *f, keys)) relay<pull_reply>(self, bridge, f, shard, pull_atom::value, std::move(keys));
+        if (decode_request(b, *f, keys))
+          relay<pull_reply>(self, bridge, f, shard, pull_atom::value, std::move(keys));
         break;
       }
       case frame_type::shard_push: {
         push_request r;
-        if (decode_request(b, *f, r)) relay<push_reply>(self, bridge, f, shard, push_atom::value, std::move(r));
+        if (decode_request(b, *f, r))
+          relay<push_reply>(self, bridge, f, shard, push_atom::value, std::move(r));
         break;
       }
       case frame_type::shard_write_back: {
@@ -277,17 +279,20 @@ caf::behavior cache_relay(caf::event_based_actor* self, std::shared_ptr<node_bri
       }
       case frame_type::cache_push: {
         push_request r;
-        if (decode_request(b, *f, r)) relay<push_ack>(self, bridge, f, cache, push_atom::value, std::move(r));
+        if (decode_request(b, *f, r))
+          relay<push_ack>(self, bridge, f, cache, push_atom::value, std::move(r));
         break;
       }
       case frame_type::cache_pass_start: {
         uint64_t pass = 0;
-        if (decode_request(b, *f, pass)) relay<ok_atom>(self, bridge, f, cache, pass_start_atom::value, pass);
+        if (decode_request(b, *f, pass))
+          relay<ok_atom>(self, bridge, f, cache, pass_start_atom::value, pass);
         break;
       }
       case frame_type::cache_pass_end: {
         uint64_t pass = 0;
-        if (decode_request(b, *f, pass)) relay<ok_atom>(self, bridge, f, cache, pass_end_atom::value, pass);
+        if (decode_request(b, *f, pass))
+          relay<ok_atom>(self, bridge, f, cache, pass_end_atom::value, pass);
         break;
       }
       case frame_type::cache_drain:
@@ -316,7 +321,8 @@ caf::behavior dense_relay(caf::event_based_actor* self, std::shared_ptr<node_bri
         break;
       }
       case frame_type::dense_pull:
-        if (decode_request(b, *f)) relay<dense_weights>(self, bridge, f, dense, pull_dense_atom::value);
+        if (decode_request(b, *f))
+          relay<dense_weights>(self, bridge, f, dense, pull_dense_atom::value);
         break;
       case frame_type::dense_stats:
         if (decode_request(b, *f)) relay<actor_stats>(self, bridge, f, dense, stats_atom::value);
@@ -369,11 +375,13 @@ void node_transport::on_inbound(inbound_frame frame) {
     return;
   }
   if (!relay) {
-    reply_error(*bridge_, frame, "node '" + bridge_->name() + "' exports no actor as target " +
-                                     std::to_string(frame.header.target));
+    reply_error(*bridge_, frame,
+                "node '" + bridge_->name() + "' exports no actor as target " +
+                    std::to_string(frame.header.target));
     return;
   }
-  caf::anon_send(relay, frame_atom::value, frame_ptr(std::make_shared<inbound_frame>(std::move(frame))));
+  caf::anon_send(relay, frame_atom::value,
+                 frame_ptr(std::make_shared<inbound_frame>(std::move(frame))));
 }
 
 void node_transport::export_shard(uint32_t target, actors::shard_actor shard) {

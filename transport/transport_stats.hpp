@@ -18,11 +18,11 @@ struct peer_stats {
   uint64_t bytes_received = 0;
   uint64_t frames_received = 0;
   uint64_t rendezvous_frames_received = 0;  // payloads UCX moved by rendezvous
-  uint64_t rejected_frames = 0;    // malformed, truncated, oversized or bad checksum
-  uint64_t outstanding_bytes = 0;  // gauge: bytes sent and not yet released (back-pressure)
-  uint64_t pending_requests = 0;   // gauge: requests waiting for their reply
+  uint64_t rejected_frames = 0;             // malformed, truncated, oversized or bad checksum
+  uint64_t outstanding_bytes = 0;   // gauge: bytes sent and not yet released (back-pressure)
+  uint64_t pending_requests = 0;    // gauge: requests waiting for their reply
   bool shared_memory_path = false;  // connected by worker address (same host)
-  std::string transports;           // UCX transports carrying its frames, e.g. "posix/memory,tcp/lo" 
+  std::string transports;  // UCX transports carrying its frames, e.g. "posix/memory,tcp/lo"
 };
 
 struct transport_stats {

@@ -145,10 +145,9 @@ TEST(NodeBridge, RequestsGetTheirRepliesAndTheWindowBoundsOutstandingBytes) {
 TEST(NodeBridge, StoppedPeerFailsPendingAndLaterRequestsNamingIt) {
   bridge_pair p;
   std::promise<std::string> failed;
-  ASSERT_TRUE(p.a->request("b", frame_type::echo, 1, payload_of(16, 0),
-                           [&](expected<inbound_frame> r) {
-                             failed.set_value(r ? "replied" : r.err().to_string());
-                           }));
+  ASSERT_TRUE(p.a->request(
+      "b", frame_type::echo, 1, payload_of(16, 0),
+      [&](expected<inbound_frame> r) { failed.set_value(r ? "replied" : r.err().to_string()); }));
   ASSERT_TRUE(p.b_in.wait_for(1, 30s));
   p.b->stop();  // never answers; says goodbye
   auto f = failed.get_future();

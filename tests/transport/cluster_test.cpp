@@ -11,8 +11,8 @@
 #include <filesystem>
 #include <memory>
 
-#include "tests/tiers/test_util.hpp"
 #include "common/child_process.hpp"
+#include "tests/tiers/test_util.hpp"
 
 namespace strata::testing {
 namespace {
@@ -53,9 +53,9 @@ class ClusterTest : public ::testing::Test {
 TEST_F(ClusterTest, ExactSumAcrossTwoProcesses) {
   auto a = node({"--name", "a", "--shard", "0", "--shard", "1", "--shards", "2", "--dim", "16"});
   const auto addr = address_of(*a);
-  auto b = node({"--name", "b", "--connect", addr, "--remote-shard", "0=a", "--remote-shard",
-                 "1=a", "--shards", "2", "--keys", "2000", "--dim", "16", "--rounds", "12",
-                 "--drive", "exact-sum"});
+  auto b = node({"--name", "b", "--connect", addr, "--remote-shard", "0=a", "--remote-shard", "1=a",
+                 "--shards", "2", "--keys", "2000", "--dim", "16", "--rounds", "12", "--drive",
+                 "exact-sum"});
   expect_passes(*b);
   EXPECT_TRUE(has_line(*b, "PASS exact-sum 2000 keys"));
   // Same host: the connection moved to the worker address (shared memory).
@@ -78,9 +78,27 @@ TEST_F(ClusterTest, ExactSumAcrossThreeProcessesOverTcp) {
   auto b = node({"--name", "b", "--shard", "1", "--shards", "2", "--no-address-exchange"},
                 {"UCX_NET_DEVICES=lo", "UCX_TLS=tcp"});
   const auto addr_a = address_of(*a), addr_b = address_of(*b);
-  auto c = node({"--name", "c", "--connect", addr_a, "--connect", addr_b, "--remote-shard", "0=a",
-                 "--remote-shard", "1=b", "--shards", "2", "--keys", "3000", "--dim", "8",
-                 "--rounds", "10", "--no-address-exchange", "--drive", "exact-sum"},
+  auto c = node({"--name",
+                 "c",
+                 "--connect",
+                 addr_a,
+                 "--connect",
+                 addr_b,
+                 "--remote-shard",
+                 "0=a",
+                 "--remote-shard",
+                 "1=b",
+                 "--shards",
+                 "2",
+                 "--keys",
+                 "3000",
+                 "--dim",
+                 "8",
+                 "--rounds",
+                 "10",
+                 "--no-address-exchange",
+                 "--drive",
+                 "exact-sum"},
                 {"UCX_NET_DEVICES=lo", "UCX_TLS=tcp"});
   expect_passes(*c);
   EXPECT_TRUE(has_line(*c, "PASS exact-sum 3000 keys"));
@@ -103,9 +121,10 @@ TEST_F(ClusterTest, CacheTierOverRemoteShardsKeepsExactSums) {
   auto a = node({"--name", "a", "--shard", "0", "--shards", "2"});
   auto b = node({"--name", "b", "--shard", "1", "--shards", "2"});
   const auto addr_a = address_of(*a), addr_b = address_of(*b);
-  auto c = node({"--name", "c", "--connect", addr_a, "--connect", addr_b, "--remote-shard", "0=a",
-                 "--remote-shard", "1=b", "--shards", "2", "--cache", "--via-cache", "--keys",
-                 "3000", "--rounds", "10", "--drive", "exact-sum"});
+  auto c = node({"--name",         "c",           "--connect",      addr_a, "--connect", addr_b,
+                 "--remote-shard", "0=a",         "--remote-shard", "1=b",  "--shards",  "2",
+                 "--cache",        "--via-cache", "--keys",         "3000", "--rounds",  "10",
+                 "--drive",        "exact-sum"});
   expect_passes(*c);
   EXPECT_TRUE(has_line(*c, "PASS exact-sum 3000 keys"));
   a->close_stdin();
@@ -160,9 +179,9 @@ class FailureTest : public ClusterTest {
                    "--heartbeat-ms", "10000"});
     const auto addr_a = address_of(*a);
     ASSERT_TRUE(a->wait_line("READY", start_timeout)) << a->output();
-    auto c = node({"--name", "c", "--connect", addr_a, "--connect", addr_b, "--remote-shard",
-                   "0=a", "--remote-shard", "1=b", "--shards", "2", "--keys", "500",
-                   "--heartbeat-ms", "10000", "--drive", "loop"});
+    auto c = node({"--name", "c", "--connect", addr_a, "--connect", addr_b, "--remote-shard", "0=a",
+                   "--remote-shard", "1=b", "--shards", "2", "--keys", "500", "--heartbeat-ms",
+                   "10000", "--drive", "loop"});
     ASSERT_TRUE(c->wait_line("RUNNING", start_timeout)) << c->output();
     b->signal(sig);
     // Heartbeat timeout (10 s) plus a generous margin.
@@ -182,9 +201,7 @@ class FailureTest : public ClusterTest {
   }
 };
 
-TEST_F(FailureTest, KilledNodeIsReportedDownAndRequestsFailNamingIt) {
-  run(SIGKILL, "");
-}
+TEST_F(FailureTest, KilledNodeIsReportedDownAndRequestsFailNamingIt) { run(SIGKILL, ""); }
 
 TEST_F(FailureTest, FrozenNodeIsReportedDownByTheHeartbeat) {
   // SIGSTOP keeps the sockets open: only the heartbeat can tell.
@@ -194,9 +211,9 @@ TEST_F(FailureTest, FrozenNodeIsReportedDownByTheHeartbeat) {
 TEST_F(ClusterTest, CorruptedFrameIsRejectedAndTheConnectionClosed) {
   auto a = node({"--name", "a", "--shard", "0", "--shards", "1"});
   const auto addr = address_of(*a);
-  auto b = node({"--name", "b", "--connect", addr, "--remote-shard", "0=a", "--shards", "1",
-                 "--keys", "200", "--rounds", "10", "--corrupt-frame", "3", "--drive",
-                 "exact-sum"});
+  auto b =
+      node({"--name", "b", "--connect", addr, "--remote-shard", "0=a", "--shards", "1", "--keys",
+            "200", "--rounds", "10", "--corrupt-frame", "3", "--drive", "exact-sum"});
   auto rc = b->wait_exit(run_timeout);
   ASSERT_TRUE(rc) << b->output();
   EXPECT_EQ(*rc, 1) << b->output();  // its requests failed instead of hanging
@@ -208,7 +225,8 @@ TEST_F(ClusterTest, CorruptedFrameIsRejectedAndTheConnectionClosed) {
   EXPECT_EQ(a->wait_exit(run_timeout), 0) << a->output();  // it survived
   EXPECT_TRUE(has_line(*a, "PEER b path=worker-address sent=")) << a->output();
   bool counted = false;
-  for (const auto& l : a->lines()) counted |= l.rfind("PEER b", 0) == 0 && l.find("rejected=1") != std::string::npos;
+  for (const auto& l : a->lines())
+    counted |= l.rfind("PEER b", 0) == 0 && l.find("rejected=1") != std::string::npos;
   EXPECT_TRUE(counted) << a->output();
 }
 

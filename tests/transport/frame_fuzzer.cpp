@@ -16,8 +16,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // directly too: first byte picks a frame type, the rest is the payload.
   if (size >= 1) {
     frame_header h;
-    h.type = static_cast<frame_type>(data[0] < 16 ? data[0] % 5 : data[0] < 64 ? data[0] % 50 : 64 + data[0] % 2);
-    if (is_known_type(static_cast<uint16_t>(h.type))) (void)check_payload_value(h, bytes.subspan(1));
+    h.type = static_cast<frame_type>(data[0] < 16   ? data[0] % 5
+                                     : data[0] < 64 ? data[0] % 50
+                                                    : 64 + data[0] % 2);
+    if (is_known_type(static_cast<uint16_t>(h.type)))
+      (void)check_payload_value(h, bytes.subspan(1));
   }
   return 0;
 }

@@ -1,11 +1,12 @@
 // The wire format and the payload codec: round trips of every message type
 // and rejection of malformed, truncated, oversized and corrupted frames.
+#include "transport/frame.hpp"
+
 #include <gtest/gtest.h>
 
 #include "actors/protocol.hpp"
 #include "actors/training_protocol.hpp"
 #include "transport/codec.hpp"
-#include "transport/frame.hpp"
 #include "transport/payloads.hpp"
 
 namespace strata::transport {

@@ -8,8 +8,8 @@
 #include <cstdlib>
 #include <memory>
 
-#include "tests/tiers/test_util.hpp"
 #include "common/child_process.hpp"
+#include "tests/tiers/test_util.hpp"
 
 namespace strata::testing {
 namespace {
@@ -43,7 +43,8 @@ class namespace_pair {
           run_ip(ip_, "-n " + b_ + " addr add " + subnet_ + ".2/24 dev " + b_ + "v") &&
           run_ip(ip_, "-n " + a_ + " link set " + a_ + "v up") &&
           run_ip(ip_, "-n " + b_ + " link set " + b_ + "v up") &&
-          run_ip(ip_, "-n " + a_ + " link set lo up") && run_ip(ip_, "-n " + b_ + " link set lo up");
+          run_ip(ip_, "-n " + a_ + " link set lo up") &&
+          run_ip(ip_, "-n " + b_ + " link set lo up");
   }
   ~namespace_pair() {
     run_ip(ip_, "netns del " + a_);  // removes the veth pair too
@@ -69,16 +70,23 @@ TEST(NetworkNamespaces, ExactSumAcrossTwoHostsOverTcp) {
   ASSERT_TRUE(ns.ok()) << "could not set up namespaces " << ns.a() << ", " << ns.b();
   temp_dir dir;
   const std::vector<std::string> env{"UCX_TLS=tcp"};
-  child_process a(ip, {"netns", "exec", ns.a(), STRATA_TRANSPORT_NODE, "--name", "a", "--listen",
-                       ns.address_a(), "--shard", "0", "--shards", "1", "--dir",
-                       dir.path().string()},
+  child_process a(ip,
+                  {"netns", "exec", ns.a(), STRATA_TRANSPORT_NODE, "--name", "a", "--listen",
+                   ns.address_a(), "--shard", "0", "--shards", "1", "--dir", dir.path().string()},
                   env);
   auto port = a.wait_line("PORT ", 60s);
   ASSERT_TRUE(port) << a.output();
-  child_process b(ip, {"netns", "exec", ns.b(), STRATA_TRANSPORT_NODE, "--name", "b", "--connect",
-                       ns.address_a() + ":" + port->substr(5), "--remote-shard", "0=a",
-                       "--shards", "1", "--keys", "2000", "--dim", "8", "--rounds", "8",
-                       "--drive", "exact-sum", "--dir", dir.path().string()},
+  child_process b(ip, {"netns",          "exec",
+                       ns.b(),           STRATA_TRANSPORT_NODE,
+                       "--name",         "b",
+                       "--connect",      ns.address_a() + ":" + port->substr(5),
+                       "--remote-shard", "0=a",
+                       "--shards",       "1",
+                       "--keys",         "2000",
+                       "--dim",          "8",
+                       "--rounds",       "8",
+                       "--drive",        "exact-sum",
+                       "--dir",          dir.path().string()},
                   env);
   auto rc = b.wait_exit(180s);
   ASSERT_TRUE(rc) << b.output();

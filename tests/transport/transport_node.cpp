@@ -74,30 +74,50 @@ options parse(int argc, char** argv) {
       }
       return argv[++i];
     };
-    if (a == "--name") o.name = next();
-    else if (a == "--dir") o.dir = next();
-    else if (a == "--shard") o.shards.push_back(std::stoul(next()));
-    else if (a == "--dense") o.dense = true;
-    else if (a == "--echo") o.echo = true;
-    else if (a == "--cache") o.cache = true;
-    else if (a == "--via-cache") o.via_cache = true;
-    else if (a == "--remote-cache") o.remote_cache = next();
-    else if (a == "--connect") o.connect.push_back(next());
+    if (a == "--name")
+      o.name = next();
+    else if (a == "--dir")
+      o.dir = next();
+    else if (a == "--shard")
+      o.shards.push_back(std::stoul(next()));
+    else if (a == "--dense")
+      o.dense = true;
+    else if (a == "--echo")
+      o.echo = true;
+    else if (a == "--cache")
+      o.cache = true;
+    else if (a == "--via-cache")
+      o.via_cache = true;
+    else if (a == "--remote-cache")
+      o.remote_cache = next();
+    else if (a == "--connect")
+      o.connect.push_back(next());
     else if (a == "--remote-shard") {
       auto v = next();
       auto eq = v.find('=');
       o.remote_shards[std::stoul(v.substr(0, eq))] = v.substr(eq + 1);
-    } else if (a == "--remote-dense") o.remote_dense = next();
-    else if (a == "--drive") o.drive = next();
-    else if (a == "--shards") o.total_shards = std::stoul(next());
-    else if (a == "--dim") o.dim = std::stoul(next());
-    else if (a == "--keys") o.keys = std::stoul(next());
-    else if (a == "--rounds") o.rounds = std::stoul(next());
-    else if (a == "--in-flight") o.in_flight = std::stoul(next());
-    else if (a == "--heartbeat-ms") o.heartbeat_ms = std::stoul(next());
-    else if (a == "--no-address-exchange") o.address_exchange = false;
-    else if (a == "--listen") o.listen = next();
-    else if (a == "--corrupt-frame") o.corrupt_frame = std::stoul(next());
+    } else if (a == "--remote-dense")
+      o.remote_dense = next();
+    else if (a == "--drive")
+      o.drive = next();
+    else if (a == "--shards")
+      o.total_shards = std::stoul(next());
+    else if (a == "--dim")
+      o.dim = std::stoul(next());
+    else if (a == "--keys")
+      o.keys = std::stoul(next());
+    else if (a == "--rounds")
+      o.rounds = std::stoul(next());
+    else if (a == "--in-flight")
+      o.in_flight = std::stoul(next());
+    else if (a == "--heartbeat-ms")
+      o.heartbeat_ms = std::stoul(next());
+    else if (a == "--no-address-exchange")
+      o.address_exchange = false;
+    else if (a == "--listen")
+      o.listen = next();
+    else if (a == "--corrupt-frame")
+      o.corrupt_frame = std::stoul(next());
     else {
       std::cerr << "unknown option " << a << "\n";
       std::exit(2);
@@ -111,7 +131,8 @@ shard_config make_shard_config(const options& o, uint32_t index) {
   c.index = index;
   c.table = testing::exact_sum_table(o.dim);
   // Small DRAM tier: rows move through write-behind and LMDB too.
-  c.dram.capacity_bytes = dram_tier::budget_for_rows(c.table.layout, c.dram.policy, o.keys / 4 + 16);
+  c.dram.capacity_bytes =
+      dram_tier::budget_for_rows(c.table.layout, c.dram.policy, o.keys / 4 + 16);
   c.lmdb.directory = std::filesystem::path(o.dir) / (o.name + "-shard" + std::to_string(index));
   c.lmdb.table = c.table.name;
   c.lmdb.partitions = 64;
@@ -156,7 +177,8 @@ bool drive_exact_sum(caf::actor_system& system, const options& o, const cluster_
       // per shard and forwards it (async mode) through the proxies.
       push_request req;
       for (uint32_t s = 0; s < o.total_shards; ++s) {
-        for (size_t i = round % 2; i < by_shard[s].size(); i += 2) req.keys.push_back(by_shard[s][i]);
+        for (size_t i = round % 2; i < by_shard[s].size(); i += 2)
+          req.keys.push_back(by_shard[s][i]);
       }
       for (auto k : req.keys) {
         for (uint32_t e = 0; e < o.dim; ++e) {
@@ -187,7 +209,8 @@ bool drive_exact_sum(caf::actor_system& system, const options& o, const cluster_
           expected[k][e] += increment(k, round, e);
         }
       }
-      waiting.push_back(self->request(c.shards[s], caf::infinite, push_atom::value, std::move(req)));
+      waiting.push_back(
+          self->request(c.shards[s], caf::infinite, push_atom::value, std::move(req)));
       ++requests;
     }
     for (auto& w : waiting) {
@@ -232,8 +255,8 @@ bool drive_exact_sum(caf::actor_system& system, const options& o, const cluster_
                 for (uint32_t e = 0; e < o.dim; ++e) {
                   if (w[e] != expected[r.rows.keys[i]][e]) {
                     failure = "cache lookup of key " + std::to_string(r.rows.keys[i]) + ": " +
-                              std::to_string(w[e]) + " != " +
-                              std::to_string(expected[r.rows.keys[i]][e]);
+                              std::to_string(w[e]) +
+                              " != " + std::to_string(expected[r.rows.keys[i]][e]);
                     break;
                   }
                 }
@@ -267,10 +290,9 @@ bool echo_equal(transport::node_transport& t, const std::string& peer, const T& 
                 const std::function<bool(const T&)>& same, std::string& failure) {
   std::promise<expected<transport::inbound_frame>> done;
   auto f = done.get_future();
-  auto s = t.bridge().request(peer, frame_type::echo, 200, transport::encode_payload(value),
-                              [&done](expected<transport::inbound_frame> r) {
-                                done.set_value(std::move(r));
-                              });
+  auto s = t.bridge().request(
+      peer, frame_type::echo, 200, transport::encode_payload(value),
+      [&done](expected<transport::inbound_frame> r) { done.set_value(std::move(r)); });
   if (!s) {
     failure = s.err().to_string();
     return false;
@@ -311,8 +333,9 @@ bool drive_every_type(caf::actor_system& system, transport::node_transport& t, c
   // write_back (row_batch -> ok), then pull (pull_reply) sees that row.
   std::vector<uint64_t> keys{11, 12};
   auto records = testing::make_records(layout, keys, 41);
-  row_batch rows{keys, std::vector<uint8_t>(reinterpret_cast<uint8_t*>(records.data()),
-                                            reinterpret_cast<uint8_t*>(records.data()) + records.size())};
+  row_batch rows{keys,
+                 std::vector<uint8_t>(reinterpret_cast<uint8_t*>(records.data()),
+                                      reinterpret_cast<uint8_t*>(records.data()) + records.size())};
   all &= check(ask<ok_atom>(self, shard, failure, write_back_atom::value, rows).has_value(),
                "shard write_back");
   auto pulled = ask<pull_reply>(self, shard, failure, pull_atom::value, keys);
@@ -331,20 +354,20 @@ bool drive_every_type(caf::actor_system& system, transport::node_transport& t, c
   self->send(shard, tick_atom::value, uint32_t{5});
   auto stats = ask<tier_stats>(self, shard, failure, stats_atom::value);
   // prefetch and tick were sent before stats: FIFO means they were handled.
-  all &= check(stats && stats->prefetch_requests >= 1 && !stats->latencies.empty() &&
-                   stats->pushes == 1,
-               "shard prefetch, tick, stats (tier_stats with latency snapshots)");
+  all &= check(
+      stats && stats->prefetch_requests >= 1 && !stats->latencies.empty() && stats->pushes == 1,
+      "shard prefetch, tick, stats (tier_stats with latency snapshots)");
   all &= check(ask<ok_atom>(self, shard, failure, drain_atom::value).has_value(), "shard drain");
   if (c.dense) {
-    auto step = ask<uint64_t>(self, c.dense, failure, push_dense_atom::value,
-                              std::vector<float>(4, 0.5f));
+    auto step =
+        ask<uint64_t>(self, c.dense, failure, push_dense_atom::value, std::vector<float>(4, 0.5f));
     all &= check(step && *step == 1, "dense push");
     auto w = ask<dense_weights>(self, c.dense, failure, pull_dense_atom::value);
     all &= check(w && w->step == 1 && w->weights.size() == 4, "dense pull");
     auto s = ask<actor_stats>(self, c.dense, failure, stats_atom::value);
     all &= check(s && s->kind == "dense", "dense stats");
-    auto bad = ask<uint64_t>(self, c.dense, failure, push_dense_atom::value,
-                             std::vector<float>(3, 0.5f));
+    auto bad =
+        ask<uint64_t>(self, c.dense, failure, push_dense_atom::value, std::vector<float>(3, 0.5f));
     // The actor's own error comes back naming the node that served it.
     const bool named = !bad && failure.find("node '") != std::string::npos &&
                        failure.find("3 gradients for 4") != std::string::npos;
@@ -358,41 +381,41 @@ bool drive_every_type(caf::actor_system& system, transport::node_transport& t, c
     auto ack = ask<push_ack>(self, c.cache, failure, push_atom::value,
                              push_request{{12}, std::vector<float>(o.dim, -1.0f), 4});
     all &= check(ack && ack->versions.size() == 1 && ack->versions[0] > 0, "cache push (push_ack)");
-    all &= check(ask<ok_atom>(self, c.cache, failure, pass_start_atom::value, uint64_t{1}).has_value(),
-                 "cache pass_start");
-    all &= check(ask<ok_atom>(self, c.cache, failure, pass_end_atom::value, uint64_t{1}).has_value(),
-                 "cache pass_end");
+    all &=
+        check(ask<ok_atom>(self, c.cache, failure, pass_start_atom::value, uint64_t{1}).has_value(),
+              "cache pass_start");
+    all &=
+        check(ask<ok_atom>(self, c.cache, failure, pass_end_atom::value, uint64_t{1}).has_value(),
+              "cache pass_end");
     auto cs = ask<tier_stats>(self, c.cache, failure, stats_atom::value);
     all &= check(cs && cs->kind == "cache" && cs->prefetch_requests >= 1, "cache prefetch, stats");
-    all &= check(ask<ok_atom>(self, c.cache, failure, drain_atom::value).has_value(), "cache drain");
+    all &=
+        check(ask<ok_atom>(self, c.cache, failure, drain_atom::value).has_value(), "cache drain");
   }
   if (!o.remote_dense.empty()) {
     const auto& peer = o.remote_dense;
-    all &= check(echo_equal<push_ack>(t, peer, push_ack{{1, 2, 3}},
-                                      [](const push_ack& a) { return a.versions.size() == 3; },
-                                      failure),
+    all &= check(echo_equal<push_ack>(
+                     t, peer, push_ack{{1, 2, 3}},
+                     [](const push_ack& a) { return a.versions.size() == 3; }, failure),
                  "echo push_ack");
     lookup_reply lr{rows};
-    all &= check(echo_equal<lookup_reply>(t, peer, lr,
-                                          [&](const lookup_reply& a) {
-                                            return a.rows.records == rows.records;
-                                          },
-                                          failure),
-                 "echo lookup_reply");
-    all &= check(echo_equal<progress_report>(
-                     t, peer, progress_report{1, 2, 3, 0.5},
-                     [](const progress_report& p) { return p.examples == 3 && p.loss_sum == 0.5; },
-                     failure),
-                 "echo progress_report");
-    all &= check(echo_equal<worker_result>(t, peer, worker_result{1, 2, 3, 0.25, 4, true},
-                                           [](const worker_result& w) { return w.finished; },
-                                           failure),
+    all &=
+        check(echo_equal<lookup_reply>(
+                  t, peer, lr,
+                  [&](const lookup_reply& a) { return a.rows.records == rows.records; }, failure),
+              "echo lookup_reply");
+    all &= check(
+        echo_equal<progress_report>(
+            t, peer, progress_report{1, 2, 3, 0.5},
+            [](const progress_report& p) { return p.examples == 3 && p.loss_sum == 0.5; }, failure),
+        "echo progress_report");
+    all &= check(echo_equal<worker_result>(
+                     t, peer, worker_result{1, 2, 3, 0.25, 4, true},
+                     [](const worker_result& w) { return w.finished; }, failure),
                  "echo worker_result");
-    all &= check(echo_equal<training_summary>(t, peer, training_summary{1, 2, 3, 4, 5, 6},
-                                              [](const training_summary& s) {
-                                                return s.passes == 6;
-                                              },
-                                              failure),
+    all &= check(echo_equal<training_summary>(
+                     t, peer, training_summary{1, 2, 3, 4, 5, 6},
+                     [](const training_summary& s) { return s.passes == 6; }, failure),
                  "echo training_summary");
   }
   return all;
@@ -417,10 +440,10 @@ int run(const options& o) {
       if (h.seq == n && !payload.empty()) payload[payload.size() / 2] ^= std::byte{0x10};
     };
   }
-  auto t = transport::node_transport::start(system, bc, [](const std::string& peer, bool up,
-                                                           const std::string& reason) {
-    say(up ? "UP " + peer : "DOWN " + peer + " " + reason);
-  });
+  auto t = transport::node_transport::start(
+      system, bc, [](const std::string& peer, bool up, const std::string& reason) {
+        say(up ? "UP " + peer : "DOWN " + peer + " " + reason);
+      });
   if (!t) {
     say("FAIL start: " + t.err().to_string());
     return 1;
@@ -493,10 +516,10 @@ int run(const options& o) {
   }
   for (const auto& p : transport.bridge().stats().peers) {
     say("PEER " + p.name + " path=" + (p.shared_memory_path ? "worker-address" : "listener") +
-        " sent=" + std::to_string(p.frames_sent) + " received=" +
-        std::to_string(p.frames_received) + " rendezvous=" +
-        std::to_string(p.rendezvous_frames_received) + " rejected=" +
-        std::to_string(p.rejected_frames) + " transports=" + p.transports);
+        " sent=" + std::to_string(p.frames_sent) +
+        " received=" + std::to_string(p.frames_received) +
+        " rendezvous=" + std::to_string(p.rendezvous_frames_received) +
+        " rejected=" + std::to_string(p.rejected_frames) + " transports=" + p.transports);
   }
   transport.stop();
   for (auto& s : c.shards) caf::anon_send_exit(s, caf::exit_reason::user_shutdown);
