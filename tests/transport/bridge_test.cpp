@@ -2,6 +2,7 @@
 // loopback: ordering across eager and rendezvous sizes, the per-peer
 // window (back-pressure), replies, unknown peers and failed connects.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <atomic>
 #include <condition_variable>
@@ -158,6 +159,27 @@ TEST(NodeBridge, StoppedPeerFailsPendingAndLaterRequestsNamingIt) {
   ASSERT_FALSE(later);
   EXPECT_NE(later.err().message().find("node 'b'"), std::string::npos);
   EXPECT_FALSE(p.a->is_up("b"));
+}
+
+double process_cpu_seconds() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  auto secs = [](const timeval& t) { return static_cast<double>(t.tv_sec) + t.tv_usec / 1e6; };
+  return secs(u.ru_utime) + secs(u.ru_stime);
+}
+
+TEST(NodeBridge, IdleProgressThreadsSleepInsteadOfSpinning) {
+  bridge_pair p;
+  // Two connected bridges, nothing to send but heartbeats: their progress
+  // threads sleep on the worker's event fd. A busy loop would burn about
+  // one CPU-second per second per thread.
+  const double before = process_cpu_seconds();
+  const auto until = std::chrono::steady_clock::now() + 3s;
+  while (std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(100ms);
+  const double used = process_cpu_seconds() - before;
+  EXPECT_LT(used, 0.5) << "CPU seconds used by idle bridges in 3 s";
+  EXPECT_TRUE(p.a->is_up("b"));  // heartbeats kept flowing meanwhile
+  EXPECT_TRUE(p.b->is_up("a"));
 }
 
 TEST(NodeBridge, UnknownPeersAndUnreachableListenersAreErrors) {
