@@ -912,6 +912,12 @@ struct node_bridge::impl {
     op->bytes = frame_header_bytes + op->payload.size();
     op->release_when_sent = !on_reply;
     const bool is_reply = type == frame_type::reply || type == frame_type::reply_error;
+    if (!is_reply && std::this_thread::get_id() == thread.get_id()) {
+      // Waiting for window space here would wait for this very thread.
+      return error(errc::invalid_argument,
+                   "node '" + config.node_name + "': " + std::string(to_string(type)) +
+                       " sent from a transport handler; handlers may only reply or hand off");
+    }
     {
       std::unique_lock lock(mu_);
       auto it = by_name_.find(name);

@@ -28,7 +28,9 @@
 // - Threads: every UCX call runs on the bridge's progress thread, which
 //   sleeps on the worker's event fd when idle. Public methods are
 //   thread-safe. Handlers (inbound frames, replies, peer events) run on the
-//   progress thread and must return quickly (e.g. send an actor message).
+//   progress thread and must return quickly (e.g. send an actor message);
+//   they may call reply() but not request()/send() (refused with an error:
+//   waiting for window space there would deadlock).
 #pragma once
 
 #include <chrono>
