@@ -34,13 +34,17 @@ inline constexpr bool is_atom = std::is_empty_v<T>&& requires {
   T::uint_value();
 };
 
-class wire_writer {
+// Counting = true only adds up the encoded size (encode_payload reserves
+// it first, so a payload is written into one allocation, each byte once).
+template <bool Counting>
+class basic_wire_writer {
  public:
   using result_type = void;
   static constexpr bool reads_state = true;
   static constexpr bool writes_state = false;
 
-  explicit wire_writer(std::vector<std::byte>& out) : out_(out) {}
+  explicit basic_wire_writer(std::vector<std::byte>* out) : out_(out) {}
+  size_t size() const { return size_; }
 
   template <class... Ts>
   void operator()(Ts&&... xs) {
@@ -49,9 +53,11 @@ class wire_writer {
 
  private:
   void raw(const void* data, size_t size) {
-    const size_t at = out_.size();
-    out_.resize(at + size);
-    if (size != 0) std::memcpy(out_.data() + at, data, size);
+    size_ += size;
+    if constexpr (!Counting) {
+      const auto* bytes = static_cast<const std::byte*>(data);
+      out_->insert(out_->end(), bytes, bytes + size);
+    }
   }
   template <class T>
   void apply(const T& x) {
@@ -84,8 +90,10 @@ class wire_writer {
     }
   }
 
-  std::vector<std::byte>& out_;
+  std::vector<std::byte>* out_;
+  size_t size_ = 0;
 };
+using wire_writer = basic_wire_writer<false>;
 
 class wire_reader {
  public:
@@ -179,8 +187,11 @@ class wire_reader {
 // Encodes values (in order) into a payload.
 template <class... Ts>
 std::vector<std::byte> encode_payload(const Ts&... xs) {
+  basic_wire_writer<true> sizer(nullptr);
+  sizer(xs...);
   std::vector<std::byte> out;
-  wire_writer w(out);
+  out.reserve(sizer.size());
+  wire_writer w(&out);
   w(xs...);
   return out;
 }
