@@ -8,6 +8,7 @@
 #include "bench/checkpoint_bench.hpp"
 #include "bench/e2e_bench.hpp"
 #include "bench/report.hpp"
+#include "bench/transport_bench.hpp"
 #include "deploy/commands.hpp"
 #include "deploy/manifest.hpp"
 #if STRATA_WITH_GPU_BENCH
@@ -28,12 +29,13 @@ void add_bench_command(CLI::App& app, int& exit_code) {
     uint64_t rows = 200000;
     uint64_t checkpoint_rows = 10000000;
     std::string torch_script = STRATA_SOURCE_DIR "/bench/torch_baseline.py";
+    std::string transport_peer;  // internal: this process is the transport bench's peer
   };
   auto opts = std::make_shared<options>();
   auto* cmd = app.add_subcommand("bench", "benchmarks, side by side with their baselines");
-  cmd->add_option("suite", opts->suite, "suite to run: tiers, e2e, gpu, checkpoint")
+  cmd->add_option("suite", opts->suite, "suite to run: tiers, e2e, gpu, checkpoint, transport")
       ->required()
-      ->check(CLI::IsMember({"tiers", "e2e", "gpu", "checkpoint"}));
+      ->check(CLI::IsMember({"tiers", "e2e", "gpu", "checkpoint", "transport"}));
   cmd->add_flag("--json", opts->json, "one JSON object per result line");
   cmd->add_option("--json-out", opts->json_out,
                   "also write the results as JSON lines to this file (for bench/plot.sh)");
@@ -47,8 +49,15 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--manifest", opts->manifest,
                   "e2e: model, tiers and workers (default deploy/examples/local.yaml)");
   cmd->add_option("--torch-script", opts->torch_script, "e2e: the PyTorch baseline script");
+  cmd->add_option("--transport-peer", opts->transport_peer,
+                  "transport: internal, run as the benchmark's peer process (shm or tcp)")
+      ->group("");
   cmd->add_option("--dir", opts->dir, "directory for benchmark files (default: a temp dir)");
   cmd->callback([opts, cmd, &exit_code] {
+    if (opts->suite == "transport" && !opts->transport_peer.empty()) {
+      exit_code = bench::run_transport_bench_peer(opts->transport_peer, opts->dir);
+      return;
+    }
     const bool own_dir = opts->dir.empty();
     const std::filesystem::path work_dir = own_dir
                                                ? std::filesystem::temp_directory_path() /
@@ -75,6 +84,12 @@ void add_bench_command(CLI::App& app, int& exit_code) {
         o.distinct_keys = opts->small ? 20000 : 200000;
         o.work_dir = work_dir;
         bench::run_checkpoint_bench(o, report);
+      } else if (opts->suite == "transport") {
+        bench::transport_bench_options o;
+        o.small = opts->small;
+        o.self_binary = std::filesystem::read_symlink("/proc/self/exe").string();
+        o.work_dir = work_dir;
+        bench::run_transport_bench(o, report);
       } else if (opts->suite == "gpu") {
 #if STRATA_WITH_GPU_BENCH
         bench::gpu_bench_options o;

@@ -6,7 +6,8 @@ set -euo pipefail
 
 packages=(cmake g++ make pkg-config git libcaf-dev libucx-dev ucx-utils liblmdb-dev lmdb-utils
   prometheus-cpp-dev prometheus libboost-dev libyaml-cpp-dev nlohmann-json3-dev
-  libgtest-dev libgmock-dev libbenchmark-dev libxxhash-dev libcli11-dev iproute2 curl)
+  libgtest-dev libgmock-dev libbenchmark-dev libxxhash-dev libcli11-dev iproute2 curl
+  clang libclang-rt-14-dev)
 if [[ "${1:-}" == "--bench" ]]; then
   # OpenBLAS: without it Debian's torch falls back to the slow reference BLAS.
   packages+=(python3-torch libopenblas0-pthread gnuplot-nox)

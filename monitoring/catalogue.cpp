@@ -223,6 +223,31 @@ std::vector<MetricFamily> to_families(const node_snapshot& s) {
     out.gauge("strata_training_heldout_auc", "AUC of the last held-out evaluation.", node,
               *t.heldout_auc);
 
+  if (s.transport) {
+    const auto& tr = *s.transport;
+    out.counter("strata_transport_rejected_frames_total",
+                "Frames rejected (malformed, truncated, oversized, bad checksum), all peers.", node,
+                d(tr.rejected_frames));
+    out.counter("strata_transport_peer_down_total", "Peers that went down (up -> down).", node,
+                d(tr.peers_down));
+    for (const auto& p : tr.peers) {
+      const labels peer = with(node, {{"peer", p.name}});
+      out.gauge("strata_transport_peer_up", "1 while the peer node is connected and heard from.",
+                peer, p.up ? 1 : 0);
+      out.counter("strata_transport_sent_bytes_total", "Frame bytes sent to the peer.", peer,
+                  d(p.bytes_sent));
+      out.counter("strata_transport_sent_messages_total", "Frames sent to the peer.", peer,
+                  d(p.frames_sent));
+      out.counter("strata_transport_received_bytes_total", "Frame bytes received from the peer.",
+                  peer, d(p.bytes_received));
+      out.counter("strata_transport_received_messages_total", "Frames received from the peer.",
+                  peer, d(p.frames_received));
+      out.gauge("strata_transport_outstanding_bytes",
+                "Bytes sent to the peer and not yet released (back-pressure window).", peer,
+                d(p.outstanding_bytes));
+    }
+  }
+
   for (const auto& tier : s.tiers) {
     const bool shard = tier.kind == "shard";
     const labels owner =

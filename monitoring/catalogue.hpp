@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "actors/protocol.hpp"
+#include "transport/transport_stats.hpp"
 
 namespace strata::monitoring {
 
@@ -49,6 +50,8 @@ struct node_snapshot {
   training_values training;
   build_info build;
   uint64_t stats_failures = 0;  // stats requests that timed out or failed
+  // The node's UCX transport (multi-node runs), once watched.
+  std::optional<transport::transport_stats> transport;
 };
 
 // The metric families of a snapshot, each family once, series sorted by

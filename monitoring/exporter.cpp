@@ -26,6 +26,7 @@ class exporter::collector : public prometheus::Collectable {
   std::vector<prometheus::MetricFamily> Collect() const override {
     std::lock_guard<std::mutex> lock(mutex_);
     if (system_ != nullptr) refresh();
+    if (transport_) snapshot_.transport = transport_();
     return to_families(snapshot_);
   }
 
@@ -49,6 +50,11 @@ class exporter::collector : public prometheus::Collectable {
     others_.clear();
   }
 
+  void watch_transport(std::function<transport::transport_stats()> source) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    transport_ = std::move(source);
+  }
+
   void update_training(const actors::training_progress& p) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (frozen_) return;
@@ -62,6 +68,9 @@ class exporter::collector : public prometheus::Collectable {
 
   void freeze(const actors::training_report& report) {
     std::lock_guard<std::mutex> lock(mutex_);
+    // Keep the transport's last counters; its bridge may stop now.
+    if (transport_) snapshot_.transport = transport_();
+    transport_ = nullptr;
     system_ = nullptr;
     shards_.clear();
     caches_.clear();
@@ -129,6 +138,7 @@ class exporter::collector : public prometheus::Collectable {
   std::vector<actors::cache_tier_actor> caches_;
   std::vector<caf::actor> others_;
   bool frozen_ = false;
+  std::function<transport::transport_stats()> transport_;
 };
 
 struct exporter::impl {
@@ -181,6 +191,10 @@ void exporter::watch(caf::actor_system& system, const std::vector<actors::shard_
   // An actor that has already exited runs the functor at once.
   for (const auto& s : shards) caf::actor_cast<caf::actor>(s)->attach_functor(on_exit);
   for (const auto& c : caches) caf::actor_cast<caf::actor>(c)->attach_functor(on_exit);
+}
+
+void exporter::watch_transport(std::function<transport::transport_stats()> source) {
+  impl_->metrics->watch_transport(std::move(source));
 }
 
 void exporter::update_training(const actors::training_progress& progress) {

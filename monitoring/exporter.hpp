@@ -23,6 +23,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -64,6 +65,11 @@ class exporter {
   void watch(caf::actor_system& system, const std::vector<actors::shard_actor>& shards,
              const std::vector<actors::cache_tier_actor>& caches,
              const std::vector<caf::actor>& others = {});
+  // Scrapes from now on also export this node's transport counters
+  // (strata_transport_*); `source` is called at scrape time from the
+  // exporter's threads (node_bridge::stats() is thread-safe) until
+  // freeze(), which keeps its last values.
+  void watch_transport(std::function<transport::transport_stats()> source);
   // Running training totals (the launch's progress callback); marks
   // training active.
   void update_training(const actors::training_progress& progress);

@@ -93,6 +93,36 @@ TEST(Catalogue, NamesFollowPrometheusConventions) {
     EXPECT_NE(find(families, expected), nullptr) << expected;
 }
 
+TEST(Catalogue, TransportCountersPerPeer) {
+  auto s = sample();
+  transport::transport_stats t;
+  t.node = "n1";
+  t.rejected_frames = 2;
+  t.peers_down = 1;
+  transport::peer_stats up;
+  up.name = "n2";
+  up.up = true;
+  up.bytes_sent = 4096;
+  transport::peer_stats down;
+  down.name = "n3";
+  down.frames_received = 7;
+  t.peers = {up, down};
+  s.transport = t;
+  const auto families = to_families(s);
+  const auto* sent = find(families, "strata_transport_sent_bytes_total");
+  ASSERT_NE(sent, nullptr);
+  ASSERT_EQ(sent->metric.size(), 2u);
+  EXPECT_EQ(sent->metric[0].counter.value, 4096);
+  const auto* peer_up = find(families, "strata_transport_peer_up");
+  ASSERT_NE(peer_up, nullptr);
+  EXPECT_EQ(peer_up->metric[1].gauge.value, 0);  // n3 is down
+  bool peer_label = false;
+  for (const auto& l : peer_up->metric[1].label) peer_label |= l.name == "peer" && l.value == "n3";
+  EXPECT_TRUE(peer_label);
+  EXPECT_EQ(find(families, "strata_transport_rejected_frames_total")->metric[0].counter.value, 2);
+  EXPECT_EQ(find(to_families(sample()), "strata_transport_peer_up"), nullptr);  // no transport
+}
+
 TEST(Catalogue, EverySeriesOnceAndBucketsCumulative) {
   const auto text = prometheus::TextSerializer().Serialize(to_families(sample()));
   std::vector<std::string> duplicates;

@@ -1,0 +1,201 @@
+// The node bridge on its own, two bridges in one process over real UCX on
+// loopback: ordering across eager and rendezvous sizes, the per-peer
+// window (back-pressure), replies, unknown peers and failed connects.
+#include <gtest/gtest.h>
+#include <sys/resource.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <future>
+#include <mutex>
+#include <thread>
+
+#include "transport/node_bridge.hpp"
+
+namespace strata::transport {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Frames a bridge received, in delivery order.
+struct inbox {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<inbound_frame> frames;
+  void add(inbound_frame f) {
+    {
+      std::lock_guard lock(mu);
+      frames.push_back(std::move(f));
+    }
+    cv.notify_all();
+  }
+  bool wait_for(size_t n, std::chrono::milliseconds timeout) {
+    std::unique_lock lock(mu);
+    return cv.wait_for(lock, timeout, [&] { return frames.size() >= n; });
+  }
+};
+
+struct bridge_pair {
+  inbox a_in, b_in;
+  std::unique_ptr<node_bridge> a, b;
+  explicit bridge_pair(uint64_t window = uint64_t{64} << 20, bool address_exchange = true) {
+    ::setenv("UCX_NET_DEVICES", "lo", 0);
+    bridge_config ca, cb;
+    ca.node_name = "a";
+    cb.node_name = "b";
+    ca.max_outstanding_bytes = cb.max_outstanding_bytes = window;
+    ca.exchange_worker_address = cb.exchange_worker_address = address_exchange;
+    auto ra = node_bridge::start(ca, [this](inbound_frame f) { a_in.add(std::move(f)); });
+    auto rb = node_bridge::start(cb, [this](inbound_frame f) { b_in.add(std::move(f)); });
+    EXPECT_TRUE(ra && rb);
+    a = std::move(*ra);
+    b = std::move(*rb);
+    auto peer = a->connect("127.0.0.1", b->port(), 30s);
+    EXPECT_TRUE(peer) << peer.err().to_string();
+    EXPECT_EQ(peer ? *peer : "", "b");
+    EXPECT_TRUE(b->wait_for_peer("a", 30s));
+  }
+};
+
+std::vector<std::byte> payload_of(size_t bytes, uint8_t fill) {
+  return std::vector<std::byte>(bytes, std::byte{fill});
+}
+
+TEST(NodeBridge, FramesArriveInSendOrderWhateverTheirSize) {
+  for (bool address_exchange : {true, false}) {
+    bridge_pair p(uint64_t{64} << 20, address_exchange);
+    constexpr int n = 40;
+    for (int i = 0; i < n; ++i) {
+      // Big (rendezvous) and tiny (eager) frames alternate.
+      const size_t bytes = i % 2 == 0 ? (size_t{2} << 20) + i : 8;
+      ASSERT_TRUE(p.a->send("b", frame_type::sink, 1, payload_of(bytes, static_cast<uint8_t>(i))));
+    }
+    ASSERT_TRUE(p.b_in.wait_for(n, 60s));
+    for (int i = 0; i < n; ++i) {
+      const auto& f = p.b_in.frames[i];
+      EXPECT_EQ(f.header.seq, static_cast<uint64_t>(i + 1));
+      ASSERT_FALSE(f.payload.empty());
+      EXPECT_EQ(f.payload.front(), std::byte{static_cast<uint8_t>(i)}) << "frame " << i;
+      EXPECT_EQ(f.peer, "a");
+    }
+    const auto stats = p.b->stats();
+    ASSERT_EQ(stats.peers.size(), 1u);
+    EXPECT_GT(stats.peers[0].rendezvous_frames_received, 0u);
+    EXPECT_EQ(stats.peers[0].shared_memory_path, address_exchange);
+    // Worker-address endpoints really use shared memory; listener ones TCP.
+    const auto& lanes = stats.peers[0].transports;
+    if (address_exchange) {
+      EXPECT_TRUE(lanes.find("sysv/") != std::string::npos ||
+                  lanes.find("posix/") != std::string::npos)
+          << lanes;
+    } else {
+      EXPECT_NE(lanes.find("tcp/"), std::string::npos) << lanes;
+    }
+  }
+}
+
+TEST(NodeBridge, RequestsGetTheirRepliesAndTheWindowBoundsOutstandingBytes) {
+  constexpr uint64_t window = 1 << 20;
+  bridge_pair p(window);
+  constexpr size_t frame = 256 << 10;  // four fit in the window (with headers: three)
+  std::atomic<int> replies{0};
+  std::atomic<int> sent{0};
+  std::thread sender([&] {
+    for (int i = 0; i < 8; ++i) {
+      auto s = p.a->request("b", frame_type::echo, 1, payload_of(frame, 1),
+                            [&](expected<inbound_frame> r) {
+                              EXPECT_TRUE(r);
+                              if (r) {
+                                EXPECT_EQ(r->header.type, frame_type::reply);
+                              }
+                              ++replies;
+                            });
+      EXPECT_TRUE(s);
+      ++sent;
+    }
+  });
+  // b holds the requests unanswered: a's window fills after three frames
+  // (3 x 256 KiB + headers fit in 1 MiB, four do not) and its sender
+  // blocks. Give it time to overrun the window if it could.
+  ASSERT_TRUE(p.b_in.wait_for(3, 30s));
+  const auto deadline = std::chrono::steady_clock::now() + 1s;
+  while (std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(sent.load(), 3);
+  const auto stats = p.a->stats();
+  EXPECT_LE(stats.peers[0].outstanding_bytes, window);
+  EXPECT_EQ(stats.peers[0].pending_requests, static_cast<uint64_t>(sent.load()));
+  // Answer everything as it comes: the sender unblocks and finishes.
+  size_t answered = 0;
+  while (answered < 8) {
+    ASSERT_TRUE(p.b_in.wait_for(answered + 1, 30s));
+    std::lock_guard lock(p.b_in.mu);
+    for (; answered < p.b_in.frames.size(); ++answered) {
+      const auto& f = p.b_in.frames[answered];
+      p.b->reply(f.peer, f.header.request_id, frame_type::reply, {});
+    }
+  }
+  sender.join();
+  const auto until = std::chrono::steady_clock::now() + 30s;
+  while (replies.load() < 8 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(5ms);
+  }
+  EXPECT_EQ(replies.load(), 8);
+  EXPECT_EQ(p.a->stats().peers[0].outstanding_bytes, 0u);
+}
+
+TEST(NodeBridge, StoppedPeerFailsPendingAndLaterRequestsNamingIt) {
+  bridge_pair p;
+  std::promise<std::string> failed;
+  ASSERT_TRUE(p.a->request(
+      "b", frame_type::echo, 1, payload_of(16, 0),
+      [&](expected<inbound_frame> r) { failed.set_value(r ? "replied" : r.err().to_string()); }));
+  ASSERT_TRUE(p.b_in.wait_for(1, 30s));
+  p.b->stop();  // never answers; says goodbye
+  auto f = failed.get_future();
+  ASSERT_EQ(f.wait_for(30s), std::future_status::ready);
+  const auto text = f.get();
+  EXPECT_NE(text.find("node 'b' is down"), std::string::npos) << text;
+  auto later = p.a->send("b", frame_type::sink, 1, {});
+  ASSERT_FALSE(later);
+  EXPECT_NE(later.err().message().find("node 'b'"), std::string::npos);
+  EXPECT_FALSE(p.a->is_up("b"));
+}
+
+double process_cpu_seconds() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  auto secs = [](const timeval& t) { return static_cast<double>(t.tv_sec) + t.tv_usec / 1e6; };
+  return secs(u.ru_utime) + secs(u.ru_stime);
+}
+
+TEST(NodeBridge, IdleProgressThreadsSleepInsteadOfSpinning) {
+  bridge_pair p;
+  // Two connected bridges, nothing to send but heartbeats: their progress
+  // threads sleep on the worker's event fd. A busy loop would burn about
+  // one CPU-second per second per thread.
+  const double before = process_cpu_seconds();
+  const auto until = std::chrono::steady_clock::now() + 3s;
+  while (std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(100ms);
+  const double used = process_cpu_seconds() - before;
+  EXPECT_LT(used, 0.5) << "CPU seconds used by idle bridges in 3 s";
+  EXPECT_TRUE(p.a->is_up("b"));  // heartbeats kept flowing meanwhile
+  EXPECT_TRUE(p.b->is_up("a"));
+}
+
+TEST(NodeBridge, UnknownPeersAndUnreachableListenersAreErrors) {
+  bridge_pair p;
+  auto s = p.a->send("nobody", frame_type::sink, 1, {});
+  ASSERT_FALSE(s);
+  EXPECT_EQ(s.err().code(), errc::not_found);
+  EXPECT_NE(s.err().message().find("'nobody'"), std::string::npos);
+  // A port nobody listens on: b's port after b stopped.
+  const auto port = p.b->port();
+  p.b->stop();
+  auto c = p.a->connect("127.0.0.1", port, 20s);
+  ASSERT_FALSE(c);
+  EXPECT_NE(c.err().message().find("127.0.0.1:" + std::to_string(port)), std::string::npos)
+      << c.err().to_string();
+}
+
+}  // namespace
+}  // namespace strata::transport

@@ -1,0 +1,112 @@
+// The wire format of strata's node-to-node transport (docs/wire-format.md).
+//
+// A frame is a fixed 48-byte header followed by `payload_bytes` bytes of
+// payload. Over UCX the header travels as the active message's user header
+// and the payload as its data (eager or rendezvous); on disk (the fuzzing
+// corpus) a frame is the header bytes immediately followed by the payload.
+// Every multi-byte field is little-endian. The CRC32C covers the header
+// (with its crc field zeroed) and the payload, so a flipped bit anywhere is
+// caught.
+//
+// decode_header() checks what the header alone can tell (magic, version,
+// type, size limit); check_payload() the length and checksum once the
+// payload is in. Neither trusts its input: a malformed, truncated or
+// oversized frame is an error naming the field, never a crash.
+//
+// Thread-safety: pure functions on values.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "common/error.hpp"
+
+namespace strata::transport {
+
+inline constexpr uint32_t frame_magic = 0x46525453;  // "STRF" little-endian
+inline constexpr uint16_t wire_version = 1;
+inline constexpr size_t frame_header_bytes = 48;
+// Default upper bound of a payload; a larger length is rejected before
+// any buffer is allocated. 4096 rows of dim 128 Adam (~6.4 MiB) fit with room.
+inline constexpr uint32_t default_max_payload_bytes = 256u << 20;
+
+// What a frame carries. Control frames (< 16) are not sequenced; requests,
+// one-way messages and replies are (per sender, in send order).
+enum class frame_type : uint16_t {
+  hello = 1,      // connection set-up: name, node id, host id, worker address
+  hello_ack = 2,  // the acceptor's answer, same payload
+  heartbeat = 3,  // empty; proves the sender alive
+  goodbye = 4,    // empty; the sender stops (graceful)
+
+  // Requests and one-way messages to an exported actor (`target`).
+  shard_pull = 16,        // vector<u64> -> pull_reply
+  shard_push = 17,        // push_request -> push_reply
+  shard_write_back = 18,  // row_batch -> ok
+  shard_prefetch = 19,    // vector<u64>, one-way
+  shard_tick = 20,        // u32, one-way
+  shard_drain = 21,       // () -> ok
+  shard_stats = 22,       // () -> tier_stats
+  cache_lookup = 24,      // vector<u64> -> lookup_reply
+  cache_prefetch = 25,    // vector<u64>, one-way
+  cache_push = 26,        // push_request -> push_ack
+  cache_pass_start = 27,  // u64 pass -> ok
+  cache_pass_end = 28,    // u64 pass -> ok
+  cache_drain = 29,       // () -> ok
+  cache_stats = 30,       // () -> tier_stats
+  dense_push = 32,        // vector<float> -> u64
+  dense_pull = 33,        // () -> dense_weights
+  dense_stats = 34,       // () -> actor_stats
+  echo = 48,              // any payload, answered with the same bytes (tests, bench)
+  sink = 49,              // any payload, one-way, dropped (bench)
+
+  // Replies (request_id names the request).
+  reply = 64,        // the encoded reply value
+  reply_error = 65,  // a UTF-8 error text naming what failed and where
+};
+
+// True for the frame types above; anything else is rejected.
+bool is_known_type(uint16_t type);
+bool is_sequenced(frame_type type);
+std::string_view to_string(frame_type type);
+
+struct frame_header {
+  uint32_t magic = frame_magic;
+  uint16_t version = wire_version;
+  frame_type type = frame_type::heartbeat;
+  uint64_t sender = 0;      // the sending node's id (random per process start)
+  uint64_t seq = 0;         // per (sender, receiver): 1, 2, ...; 0 for control frames
+  uint64_t request_id = 0;  // requests and their replies; 0 otherwise
+  uint32_t target = 0;      // exported actor on the receiving node
+  uint32_t payload_bytes = 0;
+  uint32_t crc = 0;       // CRC32C of header (crc = 0) + payload
+  uint32_t reserved = 0;  // must be 0
+};
+
+// Writes the header into exactly frame_header_bytes bytes.
+void encode_header(const frame_header& header, std::span<std::byte, frame_header_bytes> out);
+
+// Fills in header.crc for `payload` (and header.payload_bytes).
+void seal(frame_header& header, std::span<const std::byte> payload);
+
+// Parses and checks a header: magic, version, known type, reserved zero,
+// payload_bytes <= max_payload. Errors are corrupt_data (or format_mismatch
+// for another version) and name the field.
+expected<frame_header> decode_header(std::span<const std::byte> bytes,
+                                     uint32_t max_payload = default_max_payload_bytes);
+
+// Checks that `payload` has the header's length and checksum.
+status check_payload(const frame_header& header, std::span<const std::byte> payload);
+
+// A whole frame in one buffer (header then payload), as the corpus stores
+// it: decode_header + exact length + check_payload. Returns the header; the
+// payload is bytes[frame_header_bytes, end).
+expected<frame_header> decode_frame(std::span<const std::byte> bytes,
+                                    uint32_t max_payload = default_max_payload_bytes);
+
+// Builds a whole frame (header then payload) with its checksum.
+std::vector<std::byte> make_frame(frame_header header, std::span<const std::byte> payload);
+
+}  // namespace strata::transport

@@ -1,0 +1,147 @@
+// The UCX node bridge: one UCP context and worker per node (process), an
+// endpoint per peer node, frames (transport/frame.hpp) as active messages.
+// docs/transport.md explains the design; in short:
+//
+// - Set-up: a node listens on a TCP socket address (port 0: pick a free
+//   one, see port()). connect() opens an endpoint to a peer's listener and
+//   exchanges hello frames (name, node id, host id, UCX worker address).
+//   Peers on the same host (same hostname and network namespace) then open
+//   endpoints to each other's worker address, so UCX may use shared memory
+//   (the listener's connections never do); other peers keep the listener's
+//   connection.
+// - Frames: the 48-byte header is the active message's user header, the
+//   payload its data; UCX picks eager or rendezvous by size. Receivers
+//   validate every frame; a bad one is counted, logged with the peer's
+//   name, and the peer's connection is closed (the peer goes down).
+// - Ordering: frames to one peer carry sequence numbers 1, 2, ... assigned
+//   in send order; the receiver delivers them in that order whatever their
+//   size (a rendezvous frame still arriving holds back later eager ones).
+// - Back-pressure: at most max_outstanding_bytes per peer are in flight
+//   (a request counts until its reply arrives, other frames until UCX has
+//   sent them); request() and send() block the calling thread until the
+//   window has room (or the peer goes down). A frame larger than the
+//   window is sent alone.
+// - Failure: UCX's endpoint error handler and a heartbeat (a frame every
+//   heartbeat_interval; silent for heartbeat_timeout = down) mark a peer
+//   down. Its pending requests fail, later ones fail at once, with an
+//   error naming the node and the reason.
+// - Threads: every UCX call runs on the bridge's progress thread, which
+//   sleeps on the worker's event fd when idle. Public methods are
+//   thread-safe. Handlers (inbound frames, replies, peer events) run on the
+//   progress thread and must return quickly (e.g. send an actor message);
+//   they may call reply() but not request()/send() (refused with an error:
+//   waiting for window space there would deadlock).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/error.hpp"
+#include "transport/frame.hpp"
+#include "transport/transport_stats.hpp"
+
+namespace strata::transport {
+
+struct bridge_config {
+  std::string node_name;                     // unique in the cluster; names it in every error
+  std::string listen_address = "127.0.0.1";  // IPv4 address of the listener
+  uint16_t listen_port = 0;                  // 0: any free port (see node_bridge::port())
+  std::chrono::milliseconds heartbeat_interval{1000};
+  // Silence for this long marks a peer down. Generous by default: a loaded
+  // 2-core machine must never declare a live node dead.
+  std::chrono::milliseconds heartbeat_timeout{10000};
+  // The progress thread keeps polling this long after the last activity
+  // before it sleeps on the worker's event fd (latency of bursts vs CPU).
+  std::chrono::microseconds spin_after_activity{50};
+  uint64_t max_outstanding_bytes = uint64_t{64} << 20;  // per peer
+  uint32_t max_payload_bytes = default_max_payload_bytes;
+  // Same-host peers connect by worker address (shared memory). Off: every
+  // peer keeps the listener's connection (e.g. forced TCP tests).
+  bool exchange_worker_address = true;
+  // Identifies the host for the same-host test; empty: hostname plus the
+  // network namespace.
+  std::string host_id;
+  // Print UCX's lanes (transports) of each worker-address endpoint to stderr.
+  bool log_endpoints = false;
+  // Test seam (STYLE.md: faults through seams): called with every sequenced
+  // frame after it is sealed, before it is sent; it may corrupt it.
+  std::function<void(frame_header&, std::vector<std::byte>& payload)> outgoing_fault;
+};
+
+// A delivered frame: the peer's name, the validated header, the payload.
+struct inbound_frame {
+  std::string peer;
+  frame_header header;
+  std::vector<std::byte> payload;
+};
+
+// What UCX can send from, asked at start-up (ucp_context_query).
+struct memory_support {
+  bool host = true;
+  bool cuda = false;  // CUDA device memory (GPUDirect RDMA / CUDA IPC)
+};
+
+class node_bridge {
+ public:
+  using inbound_handler = std::function<void(inbound_frame)>;
+  // The reply frame (type reply or reply_error), or an error naming the
+  // node when the peer went down or the bridge stopped.
+  using reply_handler = std::function<void(expected<inbound_frame>)>;
+  using peer_handler =
+      std::function<void(const std::string& peer, bool up, const std::string& reason)>;
+
+  // Creates the UCX context and worker, the listener and the progress
+  // thread. `on_inbound` receives requests and one-way frames (never
+  // replies or control frames), in order per peer.
+  static expected<std::unique_ptr<node_bridge>> start(bridge_config config,
+                                                      inbound_handler on_inbound,
+                                                      peer_handler on_peer = {});
+  ~node_bridge();  // stop()
+  node_bridge(const node_bridge&) = delete;
+  node_bridge& operator=(const node_bridge&) = delete;
+
+  const std::string& name() const;
+  uint16_t port() const;  // the listener's port
+  memory_support memory() const;
+
+  // Connects to the listener at host:port and returns the peer's name once
+  // both hellos are exchanged; errors name the address.
+  expected<std::string> connect(const std::string& host, uint16_t port,
+                                std::chrono::milliseconds timeout);
+  // Waits until `peer` is connected (by either side).
+  status wait_for_peer(const std::string& peer, std::chrono::milliseconds timeout);
+
+  // Sends a request frame; `on_reply` runs exactly once. Blocks while the
+  // peer's window is full. Fails at once (and does not call on_reply) if
+  // the peer is unknown or down.
+  status request(const std::string& peer, frame_type type, uint32_t target,
+                 std::vector<std::byte> payload, reply_handler on_reply);
+  // A one-way frame; same blocking and failure rules.
+  status send(const std::string& peer, frame_type type, uint32_t target,
+              std::vector<std::byte> payload);
+  // Answers request `request_id` of `peer` (type reply or reply_error).
+  // Never blocks; a reply to a down peer is dropped.
+  void reply(const std::string& peer, uint64_t request_id, frame_type type,
+             std::vector<std::byte> payload);
+
+  // Peers known so far, up or down.
+  std::vector<std::string> peers() const;
+  bool is_up(const std::string& peer) const;
+  transport_stats stats() const;
+
+  // Says goodbye to every peer, waits (bounded) for frames in flight,
+  // closes the endpoints and the worker. Pending requests fail. Idempotent.
+  void stop();
+
+  struct impl;
+
+ private:
+  explicit node_bridge(std::unique_ptr<impl> impl);
+  std::unique_ptr<impl> impl_;
+};
+
+}  // namespace strata::transport

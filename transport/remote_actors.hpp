@@ -1,0 +1,71 @@
+// Remote actors: the CAF side of the transport. A node_transport owns this
+// node's node_bridge and
+// - exports local actors (a shard, a cache tier, the dense actor) under a target number,
+//   so peers can reach them: requests arriving for a target are decoded
+//   and sent to the actor by a relay actor, in the order the peer sent
+//   them; the actor's reply (or error) goes back as a reply frame;
+// - creates proxies of remote actors: a local actor with the same typed
+//   interface (shard_actor, cache_tier_actor, dense_actor) that encodes each request into a
+//   frame and delivers the decoded reply to the waiting requester (a CAF
+//   response promise). Actor code cannot tell a proxy from a local actor,
+//   except that a request to a node that is down fails with an error
+//   naming the node (errc::unavailable) instead of waiting forever.
+//
+// Requests to one proxy are sent in mailbox order; a proxy blocks its
+// scheduler thread while the peer's outstanding-bytes window is full
+// (back-pressure reaches the senders; memory stays bounded).
+//
+// Thread-safety: all methods are thread-safe. Lifetime: stop() (or the
+// destructor) stops the bridge, failing pending requests; the actor system
+// must outlive the node_transport.
+#pragma once
+
+#include <caf/all.hpp>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "actors/protocol.hpp"
+#include "transport/node_bridge.hpp"
+
+namespace strata::transport {
+
+using frame_ptr = std::shared_ptr<const inbound_frame>;
+
+class node_transport {
+ public:
+  static expected<std::unique_ptr<node_transport>> start(caf::actor_system& system,
+                                                         bridge_config config,
+                                                         node_bridge::peer_handler on_peer = {});
+  ~node_transport();
+
+  node_bridge& bridge() { return *bridge_; }
+
+  // Makes a local actor reachable by peers as `target` (unique per node).
+  void export_shard(uint32_t target, actors::shard_actor shard);
+  void export_dense(uint32_t target, actors::dense_actor dense);
+  void export_cache(uint32_t target, actors::cache_tier_actor cache);
+  // Answers echo frames to `target` with their payload and drops sink
+  // frames (tests and benchmarks of the transport itself).
+  void export_echo(uint32_t target);
+
+  // A local proxy for the actor exported as `target` on node `peer`.
+  actors::shard_actor remote_shard(const std::string& peer, uint32_t target);
+  actors::dense_actor remote_dense(const std::string& peer, uint32_t target);
+  actors::cache_tier_actor remote_cache(const std::string& peer, uint32_t target);
+
+  void stop();
+
+ private:
+  node_transport(caf::actor_system& system) : system_(system) {}
+  void on_inbound(inbound_frame frame);
+
+  caf::actor_system& system_;
+  std::shared_ptr<node_bridge> bridge_;
+  std::mutex mu_;
+  std::unordered_map<uint32_t, caf::actor> relays_;  // target -> relay actor
+  std::unordered_map<uint32_t, bool> echo_targets_;
+};
+
+}  // namespace strata::transport

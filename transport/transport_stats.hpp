@@ -1,0 +1,35 @@
+// Counters of one node's transport, for reports and metrics (issue 7:
+// bytes and messages per peer, rejected frames, peer up/down). Snapshots
+// are plain values; the bridge keeps the live counters as atomics.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace strata::transport {
+
+struct peer_stats {
+  std::string name;         // the peer node's name
+  bool up = false;          // connected and heard from within the heartbeat timeout
+  std::string down_reason;  // why it went down (empty while up)
+  uint64_t bytes_sent = 0;  // header + payload bytes of every frame sent to it
+  uint64_t frames_sent = 0;
+  uint64_t bytes_received = 0;
+  uint64_t frames_received = 0;
+  uint64_t rendezvous_frames_received = 0;  // payloads UCX moved by rendezvous
+  uint64_t rejected_frames = 0;             // malformed, truncated, oversized or bad checksum
+  uint64_t outstanding_bytes = 0;   // gauge: bytes sent and not yet released (back-pressure)
+  uint64_t pending_requests = 0;    // gauge: requests waiting for their reply
+  bool shared_memory_path = false;  // connected by worker address (same host)
+  std::string transports;  // UCX transports carrying its frames, e.g. "posix/memory,tcp/lo"
+};
+
+struct transport_stats {
+  std::string node;
+  uint64_t rejected_frames = 0;  // all peers, including frames from unknown senders
+  uint64_t peers_down = 0;       // transitions up -> down since start
+  std::vector<peer_stats> peers;
+};
+
+}  // namespace strata::transport
