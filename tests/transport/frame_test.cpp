@@ -155,7 +155,9 @@ TEST(Codec, EveryMessageTypeRoundTrips) {
   EXPECT_EQ(round_trip(progress_report{2, 3, 4, 1.5}).loss_sum, 1.5);
   worker_result wr{1, 2, 3, 4.5, 6, true};
   EXPECT_TRUE(round_trip(wr).finished);
-  EXPECT_EQ(round_trip(training_summary{1, 2, 3.5, 0.25, 4, 5}).passes, 5u);
+  EXPECT_EQ(round_trip(training_summary{1, 2, 3.5, 0.25, 4, 5, 6, "ckpt-7", true}).passes, 5u);
+  EXPECT_EQ(round_trip(training_summary{1, 2, 3.5, 0.25, 4, 5, 6, "ckpt-7", true}).last_checkpoint,
+            "ckpt-7");
 }
 
 TEST(Codec, RejectsCountsBeyondThePayload) {

@@ -414,7 +414,7 @@ bool drive_every_type(caf::actor_system& system, transport::node_transport& t, c
                      [](const worker_result& w) { return w.finished; }, failure),
                  "echo worker_result");
     all &= check(echo_equal<training_summary>(
-                     t, peer, training_summary{1, 2, 3, 4, 5, 6},
+                     t, peer, training_summary{1, 2, 3, 4, 5, 6, 7, "ckpt", false},
                      [](const training_summary& s) { return s.passes == 6; }, failure),
                  "echo training_summary");
   }
@@ -483,8 +483,13 @@ int run(const options& o) {
     cache_config cc;
     cc.table = testing::exact_sum_table(o.dim);
     cc.geometry.sets = 256;  // 8192 rows
-    c.cache = spawn_cache_tier(system, cc, training_mode::async, c.shards,
-                               partition_map(64, o.total_shards));
+    auto spawned = spawn_cache_tier(system, cc, training_mode::async, c.shards,
+                                    partition_map(64, o.total_shards));
+    if (!spawned) {
+      std::fprintf(stderr, "transport_node: %s\n", spawned.err().to_string().c_str());
+      return 2;
+    }
+    c.cache = *spawned;
     transport.export_cache(300, c.cache);
   }
   if (!o.remote_cache.empty()) c.cache = transport.remote_cache(o.remote_cache, 300);
