@@ -177,10 +177,10 @@ TEST(Codec, RejectsTrailingBytesTruncationAndBadBools) {
   EXPECT_NE(decode_payload(bytes, v).err().message().find("trailing"), std::string::npos);
   bytes.resize(2);
   EXPECT_NE(decode_payload(bytes, v).err().message().find("truncated"), std::string::npos);
-  actors::worker_result wr;
-  auto wb = encode_payload(wr);
+  actors::training_summary ts;  // ends with a bool (stopped)
+  auto wb = encode_payload(ts);
   wb.back() = std::byte{2};
-  EXPECT_NE(decode_payload(wb, wr).err().message().find("bool"), std::string::npos);
+  EXPECT_NE(decode_payload(wb, ts).err().message().find("bool"), std::string::npos);
 }
 
 TEST(Payloads, TypeRulesRejectMismatchedValues) {
