@@ -1,0 +1,113 @@
+#include "client/client.hpp"
+
+#include "deploy/manifest.hpp"
+
+namespace strata::client {
+
+expected<serving_client> serving_client::connect(client_options options) {
+  if (options.replicas.empty())
+    return error(errc::invalid_argument, "serving client: no replicas given");
+  serving_client c(std::move(options));
+  // Connect eagerly to the first replica that answers, so a bad address
+  // list fails here rather than at the first lookup.
+  for (size_t i = 0; i < c.options_.replicas.size(); ++i) {
+    auto s = wire::frame_socket::connect(c.options_.replicas[i], c.options_.timeout);
+    if (s) {
+      c.socket_ = std::move(*s);
+      c.connected_ = true;
+      c.current_ = i;
+      return c;
+    }
+  }
+  return error(errc::unavailable, "serving client: no replica answers (first: " +
+                                      c.options_.replicas.front().to_string() + ")");
+}
+
+expected<serving_client> serving_client::connect_manifest(const std::filesystem::path& manifest) {
+  auto m = deploy::load_manifest(manifest);
+  if (!m) return m.err();
+  client_options o;
+  for (const auto& r : m->serving.replicas) o.replicas.push_back({r.host, r.port});
+  if (o.replicas.empty() && m->serving.binary_port != 0)
+    o.replicas.push_back({m->serving.bind_address, m->serving.binary_port});
+  if (o.replicas.empty())
+    return error(errc::invalid_argument,
+                 manifest.string() + ": serving.replicas (or serving.binary_port) is needed");
+  return connect(std::move(o));
+}
+
+std::string serving_client::current_replica() const {
+  return options_.replicas[current_].to_string();
+}
+
+expected<wire::frame> serving_client::request(wire::frame_type type,
+                                              std::span<const std::byte> payload) {
+  std::string last_error;
+  const size_t n = options_.replicas.size();
+  for (size_t attempt = 0; attempt <= n; ++attempt) {
+    if (!connected_) {
+      auto s = wire::frame_socket::connect(options_.replicas[current_], options_.timeout);
+      if (s) {
+        socket_ = std::move(*s);
+        connected_ = true;
+      } else {
+        last_error = s.err().message();
+      }
+    }
+    if (connected_) {
+      const uint64_t id = next_request_++;
+      auto sent = socket_.send(type, id, payload);
+      if (sent) {
+        auto reply = socket_.receive();
+        if (reply && reply->header.request == id) {
+          if (reply->header.type != wire::frame_type::error) return std::move(*reply);
+          auto e = wire::decode_error(reply->payload);
+          if (!e) return e.err();
+          return error(static_cast<errc>(e->code), current_replica() + ": " + e->message);
+        }
+        last_error = reply ? current_replica() + ": reply to another request" : reply.err().message();
+      } else {
+        last_error = sent.err().message();
+      }
+      socket_ = wire::frame_socket();
+      connected_ = false;
+    }
+    // Fail over to the next replica.
+    current_ = (current_ + 1) % n;
+    ++failovers_;
+  }
+  return error(errc::unavailable, "serving client: every replica failed; last: " + last_error);
+}
+
+expected<rows> serving_client::lookup(const std::string& table, std::span<const uint64_t> keys) {
+  std::vector<std::byte> payload;
+  payload.reserve(16 + table.size() + keys.size_bytes());
+  wire::writer w(payload);
+  w.text16(table);
+  w.u32(static_cast<uint32_t>(keys.size()));
+  w.raw(keys.data(), keys.size_bytes());
+  auto reply = request(wire::frame_type::lookup, payload);
+  if (!reply) return reply.err();
+  if (reply->header.type != wire::frame_type::rows)
+    return error(errc::corrupt_data, current_replica() + ": lookup answered with frame type " +
+                                         std::to_string(int(reply->header.type)));
+  auto decoded = wire::decode_rows(reply->payload);
+  if (!decoded) return decoded.err();
+  if (decoded->versions.size() != keys.size())
+    return error(errc::corrupt_data, current_replica() + ": " +
+                                         std::to_string(decoded->versions.size()) +
+                                         " rows for " + std::to_string(keys.size()) + " keys");
+  return rows{decoded->dim, std::move(decoded->weights), std::move(decoded->versions)};
+}
+
+status serving_client::prefetch(const std::string& table, std::span<const uint64_t> keys) {
+  std::vector<std::byte> payload;
+  wire::encode(payload, wire::key_request{table, {keys.begin(), keys.end()}});
+  auto reply = request(wire::frame_type::prefetch, payload);
+  if (!reply) return reply.err();
+  if (reply->header.type != wire::frame_type::ack)
+    return error(errc::corrupt_data, current_replica() + ": prefetch not acknowledged");
+  return {};
+}
+
+}  // namespace strata::client
