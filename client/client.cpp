@@ -40,7 +40,7 @@ std::string serving_client::current_replica() const {
   return options_.replicas[current_].to_string();
 }
 
-expected<wire::frame> serving_client::request(wire::frame_type type,
+status serving_client::request(wire::frame_type type,
                                               std::span<const std::byte> payload) {
   std::string last_error;
   const size_t n = options_.replicas.size();
@@ -58,14 +58,15 @@ expected<wire::frame> serving_client::request(wire::frame_type type,
       const uint64_t id = next_request_++;
       auto sent = socket_.send(type, id, payload);
       if (sent) {
-        auto reply = socket_.receive();
-        if (reply && reply->header.request == id) {
-          if (reply->header.type != wire::frame_type::error) return std::move(*reply);
-          auto e = wire::decode_error(reply->payload);
+        auto received = socket_.receive_into(reply_);
+        if (received && reply_.header.request == id) {
+          if (reply_.header.type != wire::frame_type::error) return {};
+          auto e = wire::decode_error(reply_.payload);
           if (!e) return e.err();
           return error(static_cast<errc>(e->code), current_replica() + ": " + e->message);
         }
-        last_error = reply ? current_replica() + ": reply to another request" : reply.err().message();
+        last_error = received ? current_replica() + ": reply to another request"
+                              : received.err().message();
       } else {
         last_error = sent.err().message();
       }
@@ -80,32 +81,41 @@ expected<wire::frame> serving_client::request(wire::frame_type type,
 }
 
 expected<rows> serving_client::lookup(const std::string& table, std::span<const uint64_t> keys) {
-  std::vector<std::byte> payload;
-  payload.reserve(16 + table.size() + keys.size_bytes());
-  wire::writer w(payload);
+  rows out;
+  auto ok = lookup_into(table, keys, out);
+  if (!ok) return ok.err();
+  return out;
+}
+
+status serving_client::lookup_into(const std::string& table, std::span<const uint64_t> keys,
+                                   rows& out) {
+  payload_.clear();
+  wire::writer w(payload_);
   w.text16(table);
   w.u32(static_cast<uint32_t>(keys.size()));
   w.raw(keys.data(), keys.size_bytes());
-  auto reply = request(wire::frame_type::lookup, payload);
-  if (!reply) return reply.err();
-  if (reply->header.type != wire::frame_type::rows)
+  STRATA_TRY(request(wire::frame_type::lookup, payload_));
+  if (reply_.header.type != wire::frame_type::rows)
     return error(errc::corrupt_data, current_replica() + ": lookup answered with frame type " +
-                                         std::to_string(int(reply->header.type)));
-  auto decoded = wire::decode_rows(reply->payload);
-  if (!decoded) return decoded.err();
-  if (decoded->versions.size() != keys.size())
-    return error(errc::corrupt_data, current_replica() + ": " +
-                                         std::to_string(decoded->versions.size()) +
+                                         std::to_string(int(reply_.header.type)));
+  decoded_.versions.swap(out.versions);
+  decoded_.weights.swap(out.weights);
+  auto ok = wire::decode_rows_into(reply_.payload, decoded_);
+  decoded_.versions.swap(out.versions);
+  decoded_.weights.swap(out.weights);
+  if (!ok) return ok;
+  out.dim = decoded_.dim;
+  if (out.versions.size() != keys.size())
+    return error(errc::corrupt_data, current_replica() + ": " + std::to_string(out.versions.size()) +
                                          " rows for " + std::to_string(keys.size()) + " keys");
-  return rows{decoded->dim, std::move(decoded->weights), std::move(decoded->versions)};
+  return {};
 }
 
 status serving_client::prefetch(const std::string& table, std::span<const uint64_t> keys) {
   std::vector<std::byte> payload;
   wire::encode(payload, wire::key_request{table, {keys.begin(), keys.end()}});
-  auto reply = request(wire::frame_type::prefetch, payload);
-  if (!reply) return reply.err();
-  if (reply->header.type != wire::frame_type::ack)
+  STRATA_TRY(request(wire::frame_type::prefetch, payload));
+  if (reply_.header.type != wire::frame_type::ack)
     return error(errc::corrupt_data, current_replica() + ": prefetch not acknowledged");
   return {};
 }

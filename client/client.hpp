@@ -44,6 +44,8 @@ class serving_client {
   static expected<serving_client> connect_manifest(const std::filesystem::path& manifest);
 
   expected<rows> lookup(const std::string& table, std::span<const uint64_t> keys);
+  // The same into `out`, reusing its buffers (hot loops, the benchmark).
+  status lookup_into(const std::string& table, std::span<const uint64_t> keys, rows& out);
   // Asks the serving node to bring keys into its cache; no rows back.
   status prefetch(const std::string& table, std::span<const uint64_t> keys);
 
@@ -53,13 +55,17 @@ class serving_client {
 
  private:
   explicit serving_client(client_options options) : options_(std::move(options)) {}
-  expected<wire::frame> request(wire::frame_type type, std::span<const std::byte> payload);
+  // Sends a request and leaves the reply in reply_ (failing over on a broken connection).
+  status request(wire::frame_type type, std::span<const std::byte> payload);
   client_options options_;
   size_t current_ = 0;
   wire::frame_socket socket_;
   bool connected_ = false;
   uint64_t next_request_ = 1;
   uint64_t failovers_ = 0;
+  wire::frame reply_;
+  std::vector<std::byte> payload_;
+  wire::rows_reply decoded_;
 };
 
 }  // namespace strata::client

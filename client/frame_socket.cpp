@@ -89,16 +89,24 @@ status frame_socket::send_raw(std::span<const std::byte> frames) {
 }
 
 status frame_socket::send(frame_type type, uint64_t request, std::span<const std::byte> payload) {
-  // Header and payload in one gathered write: no copy of the payload.
+  return send_parts(type, request, {payload});
+}
+
+status frame_socket::send_parts(frame_type type, uint64_t request,
+                                std::initializer_list<std::span<const std::byte>> parts) {
+  // Header and payload parts in one gathered write: no copy of the payload.
   std::vector<std::byte> header;
   header.reserve(header_bytes);
   append_frame(header, type, request, {});
-  const uint32_t length = static_cast<uint32_t>(payload.size());
-  const uint32_t crc = crc32c(payload.data(), payload.size());
+  uint32_t length = 0, crc = 0;
+  std::vector<asio::const_buffer> buffers{asio::buffer(header.data(), header.size())};
+  for (auto part : parts) {
+    length += static_cast<uint32_t>(part.size());
+    crc = crc32c_extend(crc, part.data(), part.size());
+    buffers.push_back(asio::buffer(part.data(), part.size()));
+  }
   std::memcpy(header.data() + 8, &length, 4);
   std::memcpy(header.data() + 12, &crc, 4);
-  const std::array<asio::const_buffer, 2> buffers{asio::buffer(header.data(), header.size()),
-                                                  asio::buffer(payload.data(), payload.size())};
   boost::system::error_code ec;
   asio::write(impl_->socket, buffers, ec);
   if (ec) return error(errc::unavailable, impl_->peer + ": send failed: " + ec.message());
@@ -106,13 +114,19 @@ status frame_socket::send(frame_type type, uint64_t request, std::span<const std
 }
 
 expected<frame> frame_socket::receive(uint32_t max_payload) {
+  frame out;
+  auto ok = receive_into(out, max_payload);
+  if (!ok) return ok.err();
+  return out;
+}
+
+status frame_socket::receive_into(frame& out, uint32_t max_payload) {
   std::array<std::byte, header_bytes> head;
   boost::system::error_code ec;
   asio::read(impl_->socket, asio::buffer(head.data(), head.size()), ec);
   if (ec) return error(errc::unavailable, impl_->peer + ": receive failed: " + ec.message());
   auto header = parse_header(std::span<const std::byte, header_bytes>(head), max_payload);
   if (!header) return error(header.err().code(), impl_->peer + ": " + header.err().message());
-  frame out;
   out.header = *header;
   out.payload.resize(header->length);
   if (header->length) {
@@ -121,7 +135,7 @@ expected<frame> frame_socket::receive(uint32_t max_payload) {
   }
   auto ok = check_payload(out.header, out.payload);
   if (!ok) return error(ok.err().code(), impl_->peer + ": " + ok.err().message());
-  return out;
+  return {};
 }
 
 void frame_socket::close() {

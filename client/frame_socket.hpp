@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <span>
 #include <string>
@@ -48,10 +49,15 @@ class frame_socket {
   bool is_open() const;
   const std::string& peer() const;
   status send(frame_type type, uint64_t request, std::span<const std::byte> payload);
+  // Sends one frame whose payload is the concatenation of `parts` (no copy).
+  status send_parts(frame_type type, uint64_t request,
+                    std::initializer_list<std::span<const std::byte>> parts);
   // Sends bytes that already hold whole frames.
   status send_raw(std::span<const std::byte> frames);
   // Reads one frame, checks header and checksum.
   expected<frame> receive(uint32_t max_payload = max_payload_bytes);
+  // The same into `out`, reusing its payload buffer.
+  status receive_into(frame& out, uint32_t max_payload = max_payload_bytes);
   // Shuts the connection down; a blocked receive returns an error.
   void close();
 

@@ -178,15 +178,21 @@ expected<key_request> decode_key_request(std::span<const std::byte> payload) {
   return out;
 }
 expected<rows_reply> decode_rows(std::span<const std::byte> payload) {
-  reader r(payload, "rows");
   rows_reply out;
+  auto ok = decode_rows_into(payload, out);
+  if (!ok) return ok.err();
+  return out;
+}
+
+status decode_rows_into(std::span<const std::byte> payload, rows_reply& out) {
+  reader r(payload, "rows");
   uint32_t n = 0;
   if (!r.u32(out.dim)) return r.fail("dim");
   if (!r.u32(n)) return r.fail("n");
   if (!read_array(r, out.versions, n)) return r.fail("versions");
   if (!read_array(r, out.weights, size_t{n} * out.dim)) return r.fail("weights");
   if (!r.at_end()) return r.fail("end");
-  return out;
+  return {};
 }
 expected<error_reply> decode_error(std::span<const std::byte> payload) {
   reader r(payload, "error");

@@ -142,6 +142,8 @@ void encode_rows(std::vector<std::byte>& out, uint32_t dim, std::span<const uint
 
 expected<key_request> decode_key_request(std::span<const std::byte> payload);
 expected<rows_reply> decode_rows(std::span<const std::byte> payload);
+// The same into `out`, reusing its vectors' capacity.
+status decode_rows_into(std::span<const std::byte> payload, rows_reply& out);
 expected<error_reply> decode_error(std::span<const std::byte> payload);
 expected<subscribe_request> decode_subscribe(std::span<const std::byte> payload);
 expected<update_batch> decode_updates(std::span<const std::byte> payload);

@@ -7,6 +7,7 @@
 
 #include "bench/e2e_bench.hpp"
 #include "bench/report.hpp"
+#include "bench/serve_bench.hpp"
 #include "deploy/commands.hpp"
 #include "deploy/manifest.hpp"
 #if STRATA_WITH_GPU_BENCH
@@ -29,16 +30,17 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   };
   auto opts = std::make_shared<options>();
   auto* cmd = app.add_subcommand("bench", "benchmarks, side by side with their baselines");
-  cmd->add_option("suite", opts->suite, "suite to run: tiers, e2e, gpu")
+  cmd->add_option("suite", opts->suite, "suite to run: tiers, e2e, gpu, serve")
       ->required()
-      ->check(CLI::IsMember({"tiers", "e2e", "gpu"}));
+      ->check(CLI::IsMember({"tiers", "e2e", "gpu", "serve"}));
   cmd->add_flag("--json", opts->json, "one JSON object per result line");
   cmd->add_option("--json-out", opts->json_out,
                   "also write the results as JSON lines to this file (for bench/plot.sh)");
   cmd->add_flag("--small", opts->small, "tiny sizes (a smoke run)");
   cmd->add_option("--keys", opts->keys,
                   "tiers: LMDB keys (default 1000000; 10000000 for the full size); "
-                  "e2e: distinct keys of the generated data (default 200000)");
+                  "e2e: distinct keys of the generated data (default 200000); "
+                  "serve: rows served (default 200000)");
   cmd->add_option("--rows", opts->rows, "e2e: training rows (default 200000; 50000 held out)");
   cmd->add_option("--manifest", opts->manifest,
                   "e2e: model, tiers and workers (default deploy/examples/local.yaml)");
@@ -61,6 +63,12 @@ void add_bench_command(CLI::App& app, int& exit_code) {
         o.work_dir = work_dir;
         bench::run_dram_bench(o, report);
         bench::run_lmdb_bench(o, report);
+      } else if (opts->suite == "serve") {
+        bench::serve_bench_options o;
+        o.small = opts->small;
+        if (cmd->count("--keys")) o.keys = opts->keys;
+        o.work_dir = work_dir;
+        bench::run_serve_bench(o, report);
       } else if (opts->suite == "gpu") {
 #if STRATA_WITH_GPU_BENCH
         bench::gpu_bench_options o;

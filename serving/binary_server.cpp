@@ -37,11 +37,12 @@ struct binary_server::impl {
   void serve(std::shared_ptr<wire::frame_socket> socket) {
     lookup_result rows;
     std::vector<std::byte> out;
+    wire::frame received;  // reused: no allocation per request
+    auto* frame = &received;
     for (;;) {
-      auto frame = socket->receive();
-      if (!frame) {
+      if (auto ok = socket->receive_into(received); !ok) {
         // A broken header or checksum: say why, then drop the stream.
-        if (frame.err().code() != errc::unavailable) send_error(*socket, 0, frame.err());
+        if (ok.err().code() != errc::unavailable) send_error(*socket, 0, ok.err());
         return;
       }
       const uint64_t id = frame->header.request;
@@ -57,9 +58,16 @@ struct binary_server::impl {
             send_error(*socket, id, ok.err());
             break;
           }
+          // dim, n, then the versions and weights straight from the result.
           out.clear();
-          wire::encode_rows(out, rows.dim, rows.versions, rows.weights);
-          if (!socket->send(wire::frame_type::rows, id, out)) return;
+          wire::writer w(out);
+          w.u32(rows.dim);
+          w.u32(static_cast<uint32_t>(rows.versions.size()));
+          if (!socket->send_parts(wire::frame_type::rows, id,
+                                  {std::span<const std::byte>(out),
+                                   std::as_bytes(std::span<const uint64_t>(rows.versions)),
+                                   std::as_bytes(std::span<const float>(rows.weights))}))
+            return;
           service.finish_request();
           break;
         }
