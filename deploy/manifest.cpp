@@ -400,6 +400,7 @@ struct raw_manifest {
   metrics_settings metrics;
   actors::checkpoint_settings checkpoint;
   serving_settings serving;
+  updates_settings updates;
   failure_policy on_failure = failure_policy::stop;
   uint32_t max_restarts = 3;
   actors::gradient_kind objective = actors::gradient_kind::ctr;
@@ -597,6 +598,15 @@ void read_serving(section s, raw_manifest& r) {
   s.finish();
 }
 
+void read_updates(section s, raw_manifest& r) {
+  r.updates.present = true;
+  s.text("bind_address", r.updates.bind_address);
+  s.unsigned_int("port", r.updates.port);
+  s.unsigned_int("interval_ms", r.updates.interval_ms, 1, 3600 * 1000);
+  s.unsigned_int("max_rows", r.updates.max_rows, 1, 1u << 24);
+  s.finish();
+}
+
 void read_metrics(section s, raw_manifest& r) {
   s.unsigned_int("port", r.metrics.port);
   s.text("bind_address", r.metrics.bind_address);
@@ -734,6 +744,7 @@ manifest build(const raw_manifest& r, const std::string& file) {
   m.ssd_path = r.ssd_path;
   m.metrics = r.metrics;
   m.serving = r.serving;
+  m.updates = r.updates;
   if (m.serving.present && m.serving.lmdb_path.empty()) m.serving.lmdb_path = r.ssd_path / "serving";
   if (m.metrics.node.empty()) m.metrics.node = r.name;
   m.on_failure = r.on_failure;
@@ -874,6 +885,7 @@ expected<manifest> parse_manifest(std::string_view text, const std::string& file
     read_metrics(top.child("metrics"), r);
     read_checkpoint(top.child("checkpoint"), r);
     if (top.has("serving")) read_serving(top.child("serving"), r);
+    if (top.has("updates")) read_updates(top.child("updates"), r);
     top.finish();
   } catch (const YAML::Exception& e) {
     diag.fail(e.mark, "", e.msg);

@@ -83,6 +83,16 @@ struct serving_settings {
   std::optional<host_port> subscribe;      // an update publisher to follow
 };
 
+// `updates`: a training node streams the rows its shards update to the
+// serving nodes that subscribe (serving/update_stream.hpp).
+struct updates_settings {
+  bool present = false;
+  std::string bind_address = "127.0.0.1";
+  uint16_t port = 0;            // 0: a free port (printed at start)
+  uint32_t interval_ms = 200;   // send at least this often
+  uint32_t max_rows = 4096;     // or as soon as this many rows wait
+};
+
 struct manifest {
   std::filesystem::path file;  // the manifest itself (for messages)
   actors::cluster_config cluster;
@@ -100,6 +110,7 @@ struct manifest {
   // resolve_data_split, or at parse time for explicit counts).
   bool split_resolved = false;
   serving_settings serving;
+  updates_settings updates;
 };
 
 // Reads and parses `file`; errors name it.

@@ -41,6 +41,7 @@ struct update_publisher::impl {
     std::shared_ptr<wire::frame_socket> socket;  // null: local
     std::function<void(const wire::update_batch&)> deliver;
     std::thread thread;
+    bool subscribed = false;  // past the subscribe request (guarded by mutex)
   };
   std::list<subscriber> subscribers;
 
@@ -73,19 +74,25 @@ struct update_publisher::impl {
     batch.dim = config.dim;
     std::vector<std::byte> payload;
     std::unique_lock lock(mutex);
+    sub.subscribed = true;
     for (;;) {
       changed.wait_for(lock, config.interval, [&] { return stopping || seq - after >= config.max_rows; });
-      if (stopping) return;
-      if (!collect(after, batch)) continue;
-      lock.unlock();
-      if (sub.socket) {
-        payload.clear();
-        wire::encode(payload, batch);
-        if (!sub.socket->send(wire::frame_type::updates, 0, payload)) return;  // subscriber gone
-      } else {
-        sub.deliver(batch);
+      // On stop, one last send: rows published before stop() are not lost.
+      const bool last = stopping;
+      if (collect(after, batch)) {
+        lock.unlock();
+        bool sent = true;
+        if (sub.socket) {
+          payload.clear();
+          wire::encode(payload, batch);
+          sent = sub.socket->send(wire::frame_type::updates, 0, payload).has_value();
+        } else {
+          sub.deliver(batch);
+        }
+        lock.lock();
+        if (!sent) return;  // subscriber gone
       }
-      lock.lock();
+      if (last) return;
     }
   }
 
@@ -160,8 +167,10 @@ void update_publisher::stop() {
     std::lock_guard lock(p.mutex);
     if (p.stopping) return;
     p.stopping = true;
+    // Connections still waiting for their subscribe request are closed now;
+    // subscribed ones get a last send first (send_loop) and close below.
     for (auto& s : p.subscribers)
-      if (s.socket) s.socket->close();
+      if (s.socket && !s.subscribed) s.socket->close();
   }
   p.changed.notify_all();
   if (p.accept_thread.joinable()) {
@@ -170,8 +179,10 @@ void update_publisher::stop() {
   }
   boost::system::error_code ec;
   p.acceptor.close(ec);
-  for (auto& s : p.subscribers)
+  for (auto& s : p.subscribers) {
     if (s.thread.joinable()) s.thread.join();
+    if (s.socket) s.socket->close();
+  }
 }
 
 void update_publisher::publish(std::span<const uint64_t> keys, std::span<const float> weights,

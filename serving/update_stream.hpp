@@ -20,7 +20,8 @@
 // and the last sequence number it applied, and on a broken connection
 // reconnects (every `retry`) and resumes after that sequence number.
 //
-// Both are thread-safe; stop() joins their threads.
+// Both are thread-safe; stop() joins their threads (the publisher first
+// sends every subscriber what it has not sent yet).
 #pragma once
 
 #include <chrono>
