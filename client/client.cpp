@@ -1,7 +1,5 @@
 #include "client/client.hpp"
 
-#include "deploy/manifest.hpp"
-
 namespace strata::client {
 
 expected<serving_client> serving_client::connect(client_options options) {
@@ -21,19 +19,6 @@ expected<serving_client> serving_client::connect(client_options options) {
   }
   return error(errc::unavailable, "serving client: no replica answers (first: " +
                                       c.options_.replicas.front().to_string() + ")");
-}
-
-expected<serving_client> serving_client::connect_manifest(const std::filesystem::path& manifest) {
-  auto m = deploy::load_manifest(manifest);
-  if (!m) return m.err();
-  client_options o;
-  for (const auto& r : m->serving.replicas) o.replicas.push_back({r.host, r.port});
-  if (o.replicas.empty() && m->serving.binary_port != 0)
-    o.replicas.push_back({m->serving.bind_address, m->serving.binary_port});
-  if (o.replicas.empty())
-    return error(errc::invalid_argument,
-                 manifest.string() + ": serving.replicas (or serving.binary_port) is needed");
-  return connect(std::move(o));
 }
 
 std::string serving_client::current_replica() const {

@@ -17,6 +17,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <sstream>
 #include <thread>
 
 #include "client/client.hpp"
@@ -358,6 +359,32 @@ TEST(OnlineUpdates, InProcessSubscriberOfAOneProcessCluster) {
     return r && r->versions == versions;
   }));
   publisher.stop();
+}
+
+// --- the Python module ------------------------------------------------------------
+
+TEST(PythonClient, ImportsLooksUpAndTrainsATorchModelThroughStrata) {
+  if (!fs::exists(STRATA_PYTHON_MODULE_DIR))
+    GTEST_SKIP() << "the Python module was not built (pybind11-dev or python3-dev missing)";
+  node n;
+  json expected = json::object();
+  for (size_t i = 0; i < 300; ++i) {
+    const uint64_t k = n.rows.keys[i];
+    expected[std::to_string(k)] = {n.rows.versions.at(k), n.rows.weights.at(k)};
+  }
+  std::ofstream(n.dir.path() / "expected.json") << expected.dump();
+  const std::string command =
+      "PYTHONPATH=" STRATA_PYTHON_MODULE_DIR " /usr/bin/python3 " STRATA_SOURCE_DIR
+      "/tests/serving/python_client_test.py 127.0.0.1:" +
+      std::to_string(n.binary->port()) + " ads " + (n.dir.path() / "expected.json").string() +
+      " > " + (n.dir.path() / "py.log").string() + " 2>&1";
+  const int rc = std::system(command.c_str());
+  std::ostringstream log;
+  log << std::ifstream(n.dir.path() / "py.log").rdbuf();
+  ASSERT_TRUE(WIFEXITED(rc)) << log.str();
+  if (WEXITSTATUS(rc) == 77) GTEST_SKIP() << log.str();
+  EXPECT_EQ(WEXITSTATUS(rc), 0) << log.str();
+  EXPECT_NE(log.str().find("torch training through strata passed"), std::string::npos) << log.str();
 }
 
 // --- real processes ---------------------------------------------------------------
