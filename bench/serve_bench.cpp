@@ -4,9 +4,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <algorithm>
-#include <utility>  // before Asio: Boost 1.74's awaitable.hpp needs std::exchange
+// Before Asio: Boost 1.74's awaitable.hpp uses std::exchange without it.
+// clang-format off
+#include <utility>
+// clang-format on
 
+#include <algorithm>
 #include <boost/asio.hpp>
 #include <chrono>
 #include <cstring>
@@ -59,7 +62,8 @@ measured measure(uint64_t rows, uint32_t batch, double seconds, F&& one) {
     const auto t1 = bench_clock::now();
     latencies.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
     keys += batch;
-    if (std::chrono::duration<double>(t1 - start).count() >= seconds && latencies.size() >= 20) break;
+    if (std::chrono::duration<double>(t1 - start).count() >= seconds && latencies.size() >= 20)
+      break;
   }
   const double total = std::chrono::duration<double>(bench_clock::now() - start).count();
   std::sort(latencies.begin(), latencies.end());
@@ -97,8 +101,10 @@ class redis_connection {
     if (line.empty()) throw std::runtime_error("redis: empty reply");
     switch (line[0]) {
       case '+':
-      case ':': return;
-      case '-': throw std::runtime_error("redis: " + line);
+      case ':':
+        return;
+      case '-':
+        throw std::runtime_error("redis: " + line);
       case '$': {
         const long n = std::stol(line.substr(1));
         if (n < 0) return;
@@ -113,7 +119,8 @@ class redis_connection {
         for (long i = 0; i < n; ++i) read_reply(values, count);
         return;
       }
-      default: throw std::runtime_error("redis: unexpected reply " + line);
+      default:
+        throw std::runtime_error("redis: unexpected reply " + line);
     }
   }
 
@@ -181,9 +188,8 @@ bool start_redis(redis_process& r, const std::filesystem::path& dir) {
   r.pid = ::fork();
   if (r.pid == 0) {
     std::freopen("/dev/null", "w", stdout);
-    ::execl("/usr/bin/redis-server", "redis-server", "--port", port.c_str(), "--bind",
-            "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir.c_str(),
-            static_cast<char*>(nullptr));
+    ::execl("/usr/bin/redis-server", "redis-server", "--port", port.c_str(), "--bind", "127.0.0.1",
+            "--save", "", "--appendonly", "no", "--dir", dir.c_str(), static_cast<char*>(nullptr));
     ::_exit(127);
   }
   for (int i = 0; i < 500; ++i) {
@@ -222,7 +228,8 @@ void run_serve_bench(const serve_bench_options& o, bench_report& report) {
   sc.dram_bytes = size_t{256} << 20;
   const row_layout layout{dim, optimizer_kind::sgd, false};
   const uint32_t sets = uint32_t(std::max<uint64_t>(64, rows * 2 / 32));
-  auto store = serving::serving_store::open(sc, std::make_unique<cpu_cache>(layout, cache_geometry{sets, 1}));
+  auto store = serving::serving_store::open(
+      sc, std::make_unique<cpu_cache>(layout, cache_geometry{sets, 1}));
   if (!store) throw std::runtime_error(store.err().to_string());
   if (auto ok = (*store)->apply_updates(keys, weights, versions); !ok)
     throw std::runtime_error(ok.err().to_string());
@@ -258,8 +265,8 @@ void run_serve_bench(const serve_bench_options& o, bench_report& report) {
     size_t n = 0;
     for (uint64_t i = 0; i < rows; ++i) {
       const std::string k = std::to_string(keys[i]);
-      rc->append_command({"SET", k,
-                          std::string_view(reinterpret_cast<const char*>(&weights[i * dim]), dim * 4)});
+      rc->append_command(
+          {"SET", k, std::string_view(reinterpret_cast<const char*>(&weights[i * dim]), dim * 4)});
       if (i % 1000 == 999 || i + 1 == rows) {
         rc->flush();
         for (uint64_t j = 0; j <= i % 1000; ++j) rc->read_reply(sink, n);
@@ -302,7 +309,8 @@ void run_serve_bench(const serve_bench_options& o, bench_report& report) {
       });
     }
     if (checksum == 0) throw std::runtime_error("serving returned no rows");
-    report.add({"serve_keys_per_s_b" + b, served.keys_per_s, "keys/s", "redis_mget", red.keys_per_s});
+    report.add(
+        {"serve_keys_per_s_b" + b, served.keys_per_s, "keys/s", "redis_mget", red.keys_per_s});
     report.add({"serve_keys_per_s_b" + b, served.keys_per_s, "keys/s", "dram_in_process",
                 in_process.keys_per_s});
     report.add({"serve_p50_us_b" + b, served.p50_us, "us", "redis_mget", red.p50_us});

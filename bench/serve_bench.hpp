@@ -22,8 +22,8 @@
 namespace strata::bench {
 
 struct serve_bench_options {
-  bool small = false;          // a smoke run: few keys, few requests
-  uint64_t keys = 200000;      // rows loaded (dim 64)
+  bool small = false;      // a smoke run: few keys, few requests
+  uint64_t keys = 200000;  // rows loaded (dim 64)
   std::vector<uint32_t> batches = {1, 32, 1024, 16384};
   double seconds_per_case = 1.0;  // measuring time per batch size and system
   std::filesystem::path work_dir;

@@ -25,8 +25,7 @@ std::string serving_client::current_replica() const {
   return options_.replicas[current_].to_string();
 }
 
-status serving_client::request(wire::frame_type type,
-                                              std::span<const std::byte> payload) {
+status serving_client::request(wire::frame_type type, std::span<const std::byte> payload) {
   std::string last_error;
   const size_t n = options_.replicas.size();
   for (size_t attempt = 0; attempt <= n; ++attempt) {
@@ -50,8 +49,8 @@ status serving_client::request(wire::frame_type type,
           if (!e) return e.err();
           return error(static_cast<errc>(e->code), current_replica() + ": " + e->message);
         }
-        last_error = received ? current_replica() + ": reply to another request"
-                              : received.err().message();
+        last_error =
+            received ? current_replica() + ": reply to another request" : received.err().message();
       } else {
         last_error = sent.err().message();
       }
@@ -91,8 +90,9 @@ status serving_client::lookup_into(const std::string& table, std::span<const uin
   if (!ok) return ok;
   out.dim = decoded_.dim;
   if (out.versions.size() != keys.size())
-    return error(errc::corrupt_data, current_replica() + ": " + std::to_string(out.versions.size()) +
-                                         " rows for " + std::to_string(keys.size()) + " keys");
+    return error(errc::corrupt_data, current_replica() + ": " +
+                                         std::to_string(out.versions.size()) + " rows for " +
+                                         std::to_string(keys.size()) + " keys");
   return {};
 }
 

@@ -593,7 +593,8 @@ void read_serving(section s, raw_manifest& r) {
   s.text("subscribe", subscribe);
   if (!subscribe.empty()) {
     v.subscribe = parse_host_port(subscribe);
-    if (!v.subscribe) s.diag().fail_at("serving.subscribe", "expected host:port, got " + in_quotes(subscribe));
+    if (!v.subscribe)
+      s.diag().fail_at("serving.subscribe", "expected host:port, got " + in_quotes(subscribe));
   }
   s.finish();
 }
@@ -745,7 +746,8 @@ manifest build(const raw_manifest& r, const std::string& file) {
   m.metrics = r.metrics;
   m.serving = r.serving;
   m.updates = r.updates;
-  if (m.serving.present && m.serving.lmdb_path.empty()) m.serving.lmdb_path = r.ssd_path / "serving";
+  if (m.serving.present && m.serving.lmdb_path.empty())
+    m.serving.lmdb_path = r.ssd_path / "serving";
   if (m.metrics.node.empty()) m.metrics.node = r.name;
   m.on_failure = r.on_failure;
   m.max_restarts = r.max_restarts;

@@ -65,9 +65,9 @@ struct serving_settings {
   // A checkpoint directory (ckpt-...), or a checkpoint root whose latest
   // complete checkpoint is served. Empty: checkpoint.dir's latest.
   std::filesystem::path checkpoint;
-  std::filesystem::path lmdb_path;     // the serving copy; default ssd_path / "serving"
-  std::string cache_backend = "cpu";   // cpu (gpu: not wired for serving yet)
-  uint32_t cache_sets = 1024;          // cache geometry (x 32 slots per slab)
+  std::filesystem::path lmdb_path;    // the serving copy; default ssd_path / "serving"
+  std::string cache_backend = "cpu";  // cpu (gpu: not wired for serving yet)
+  uint32_t cache_sets = 1024;         // cache geometry (x 32 slots per slab)
   uint32_t cache_slabs_per_set = 1;
   size_t dram_bytes = size_t{64} << 20;
   std::string bind_address = "127.0.0.1";  // loopback unless asked otherwise
@@ -76,11 +76,11 @@ struct serving_settings {
   float default_value = 0.0f;              // every element of an unknown key's row
   double async_insert_hit_rate = 0.9;      // >=: misses go into the cache asynchronously
   uint32_t hit_rate_window = 4096;
-  uint32_t warmup_keys = 0;                // most frequent keys put in the cache at start
-  uint32_t max_request_keys = 1u << 20;    // per lookup (binary and HTTP)
+  uint32_t warmup_keys = 0;              // most frequent keys put in the cache at start
+  uint32_t max_request_keys = 1u << 20;  // per lookup (binary and HTTP)
   size_t max_http_body_bytes = size_t{16} << 20;
-  std::vector<host_port> replicas;         // for clients: the serving nodes' binary endpoints
-  std::optional<host_port> subscribe;      // an update publisher to follow
+  std::vector<host_port> replicas;     // for clients: the serving nodes' binary endpoints
+  std::optional<host_port> subscribe;  // an update publisher to follow
 };
 
 // `updates`: a training node streams the rows its shards update to the
@@ -88,9 +88,9 @@ struct serving_settings {
 struct updates_settings {
   bool present = false;
   std::string bind_address = "127.0.0.1";
-  uint16_t port = 0;            // 0: a free port (printed at start)
-  uint32_t interval_ms = 200;   // send at least this often
-  uint32_t max_rows = 4096;     // or as soon as this many rows wait
+  uint16_t port = 0;           // 0: a free port (printed at start)
+  uint32_t interval_ms = 200;  // send at least this often
+  uint32_t max_rows = 4096;    // or as soon as this many rows wait
 };
 
 struct manifest {

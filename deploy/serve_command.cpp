@@ -56,8 +56,8 @@ int serve(const std::string& path, const std::string& port_file) {
   if (s.cache_backend != "cpu")
     return fail(path + ": serving.cache_backend: '" + s.cache_backend +
                 "' is not available to strata serve in this build (use cpu)");
-  auto checkpoint =
-      resolve_checkpoint(s.checkpoint.empty() ? m->cluster.checkpoint.directory : s.checkpoint, path);
+  auto checkpoint = resolve_checkpoint(
+      s.checkpoint.empty() ? m->cluster.checkpoint.directory : s.checkpoint, path);
   if (!checkpoint) return fail(checkpoint.err().message());
 
   const auto& table = m->cluster.table;
@@ -101,7 +101,8 @@ int serve(const std::string& path, const std::string& port_file) {
               static_cast<unsigned long long>(loaded.warmed_rows), s.bind_address.c_str(),
               binary.port());
   if (http) std::printf("; http %s:%u", s.bind_address.c_str(), http->port());
-  if (s.subscribe) std::printf("; updates from %s:%u", s.subscribe->host.c_str(), s.subscribe->port);
+  if (s.subscribe)
+    std::printf("; updates from %s:%u", s.subscribe->host.c_str(), s.subscribe->port);
   std::printf("\n");
   std::fflush(stdout);
   if (!port_file.empty()) {
@@ -134,8 +135,9 @@ void add_serve_command(CLI::App& app, int& exit_code) {
   auto* cmd = app.add_subcommand(
       "serve", "serve a checkpoint's embeddings (binary protocol, HTTP/JSON) with online updates");
   cmd->add_option("manifest", *path, "the manifest with a serving section")->required();
-  cmd->add_option("--port-file", *port_file,
-                  "write the bound ports (binary=P, http=P) here once serving (for scripts, tests)");
+  cmd->add_option(
+      "--port-file", *port_file,
+      "write the bound ports (binary=P, http=P) here once serving (for scripts, tests)");
   cmd->callback([path, port_file, &exit_code] { exit_code = serve(*path, *port_file); });
 }
 

@@ -20,9 +20,23 @@ struct binary_server::impl {
   std::thread accept_thread;
   std::mutex mutex;
   struct connection {
-    std::shared_ptr<wire::frame_socket> socket;
+    std::shared_ptr<wire::frame_socket> socket;  // null once the connection ended
     std::thread thread;
+    bool done = false;
   };
+
+  // Joins and forgets ended connections (REQUIRES: mutex held), so a
+  // long-running node does not accumulate threads.
+  void reap_finished() {
+    for (auto it = connections.begin(); it != connections.end();) {
+      if (!it->done) {
+        ++it;
+        continue;
+      }
+      it->thread.join();  // it has finished its work; only its exit is left
+      it = connections.erase(it);
+    }
+  }
   std::list<connection> connections;
   bool stopping = false;
 
@@ -99,9 +113,9 @@ struct binary_server::impl {
         }
         default:
           send_error(*socket, id,
-                     error(errc::invalid_argument,
-                           "frame type " + std::to_string(int(frame->header.type)) +
-                               " is not a request a serving node answers"));
+                     error(errc::invalid_argument, "frame type " +
+                                                       std::to_string(int(frame->header.type)) +
+                                                       " is not a request a serving node answers"));
       }
     }
   }
@@ -119,8 +133,16 @@ struct binary_server::impl {
       name = ec ? "client" : remote.address().to_string() + ":" + std::to_string(remote.port());
       auto socket = std::make_shared<wire::frame_socket>(
           wire::frame_socket::adopt(peer.release(), std::move(name)));
-      connections.push_back({socket, {}});
-      connections.back().thread = std::thread([this, socket] { serve(socket); });
+      reap_finished();
+      connections.push_back({socket, {}, false});
+      auto* entry = &connections.back();  // std::list: stable
+      entry->thread = std::thread([this, entry, socket]() mutable {
+        serve(socket);
+        std::lock_guard lock(mutex);
+        entry->socket.reset();  // the descriptor closes with the last reference, below
+        entry->done = true;
+        socket.reset();
+      });
     }
   }
 };
@@ -131,7 +153,9 @@ binary_server::~binary_server() { stop(); }
 status binary_server::start(const std::string& bind_address, uint16_t port) {
   boost::system::error_code ec;
   const auto address = asio::ip::make_address(bind_address, ec);
-  if (ec) return error(errc::invalid_argument, "serving binary port: bad bind address '" + bind_address + "'");
+  if (ec)
+    return error(errc::invalid_argument,
+                 "serving binary port: bad bind address '" + bind_address + "'");
   const tcp::endpoint at(address, port);
   impl_->acceptor.open(at.protocol(), ec);
   if (!ec) impl_->acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
@@ -152,7 +176,8 @@ void binary_server::stop() {
     std::lock_guard lock(impl_->mutex);
     if (impl_->stopping) return;
     impl_->stopping = true;
-    for (auto& c : impl_->connections) c.socket->close();
+    for (auto& c : impl_->connections)
+      if (c.socket) c.socket->close();
   }
   if (impl_->accept_thread.joinable()) {
     // Unblock accept(): shutting a listening socket down wakes it on Linux.

@@ -36,7 +36,8 @@ http::response<http::string_body> make_response(http::status status, const json&
 // A key as a JSON unsigned number or a decimal string.
 std::optional<uint64_t> key_of(const json& v) {
   if (v.is_number_unsigned()) return v.get<uint64_t>();
-  if (v.is_number_integer() && v.get<int64_t>() >= 0) return static_cast<uint64_t>(v.get<int64_t>());
+  if (v.is_number_integer() && v.get<int64_t>() >= 0)
+    return static_cast<uint64_t>(v.get<int64_t>());
   if (v.is_string()) {
     const std::string& s = v.get_ref<const std::string&>();
     if (s.empty() || s.size() > 20 || s.find_first_not_of("0123456789") != std::string::npos)
@@ -55,10 +56,14 @@ std::optional<uint64_t> key_of(const json& v) {
 
 http::status status_of(errc code) {
   switch (code) {
-    case errc::not_found: return http::status::not_found;
-    case errc::capacity_exceeded: return http::status::payload_too_large;
-    case errc::invalid_argument: return http::status::bad_request;
-    default: return http::status::internal_server_error;
+    case errc::not_found:
+      return http::status::not_found;
+    case errc::capacity_exceeded:
+      return http::status::payload_too_large;
+    case errc::invalid_argument:
+      return http::status::bad_request;
+    default:
+      return http::status::internal_server_error;
   }
 }
 
@@ -73,9 +78,22 @@ struct http_server::impl {
   std::thread accept_thread;
   std::mutex mutex;
   struct connection {
-    int fd = -1;
+    int fd = -1;  // -1 once the connection ended
     std::thread thread;
+    bool done = false;
   };
+
+  // Joins and forgets ended connections (REQUIRES: mutex held).
+  void reap_finished() {
+    for (auto it = connections.begin(); it != connections.end();) {
+      if (!it->done) {
+        ++it;
+        continue;
+      }
+      it->thread.join();
+      it = connections.erase(it);
+    }
+  }
   std::list<connection> connections;
   bool stopping = false;
 
@@ -111,7 +129,8 @@ struct http_server::impl {
       return {http::status::ok, health()};
     }
     if (target != "/lookup")
-      return {http::status::not_found, {{"error", "no such path '" + target + "' (try /lookup, /health)"}}};
+      return {http::status::not_found,
+              {{"error", "no such path '" + target + "' (try /lookup, /health)"}}};
     if (req.method() != http::verb::post)
       return {http::status::method_not_allowed, {{"error", "/lookup takes POST"}}};
     json body = json::parse(req.body(), nullptr, false);
@@ -151,10 +170,13 @@ struct http_server::impl {
       out_rows.push_back(std::vector<float>(rows.weights.begin() + i * rows.dim,
                                             rows.weights.begin() + (i + 1) * rows.dim));
     return {http::status::ok,
-            {{"table", table_name}, {"dim", rows.dim}, {"versions", rows.versions}, {"rows", out_rows}}};
+            {{"table", table_name},
+             {"dim", rows.dim},
+             {"versions", rows.versions},
+             {"rows", out_rows}}};
   }
 
-  void serve(tcp::socket socket) {
+  void serve(tcp::socket& socket) {
     beast::flat_buffer buffer;
     for (;;) {
       http::request_parser<http::string_body> parser;
@@ -162,14 +184,16 @@ struct http_server::impl {
       parser.header_limit(16 * 1024);
       beast::error_code ec;
       http::read(socket, buffer, parser, ec);
-      if (ec == http::error::end_of_stream || ec == asio::error::eof || ec == asio::error::connection_reset)
+      if (ec == http::error::end_of_stream || ec == asio::error::eof ||
+          ec == asio::error::connection_reset)
         break;
       if (ec) {
         const bool too_big = ec == http::error::body_limit || ec == http::error::header_limit;
         auto res = make_response(
             too_big ? http::status::payload_too_large : http::status::bad_request,
-            {{"error", too_big ? "request exceeds max_http_body_bytes " + std::to_string(max_body_bytes)
-                               : "malformed HTTP request: " + ec.message()}},
+            {{"error", too_big
+                           ? "request exceeds max_http_body_bytes " + std::to_string(max_body_bytes)
+                           : "malformed HTTP request: " + ec.message()}},
             11, false);
         http::write(socket, res, ec);
         break;
@@ -193,9 +217,20 @@ struct http_server::impl {
       std::lock_guard lock(mutex);
       if (stopping) return;
       if (ec) continue;
-      connections.push_back({peer.native_handle(), {}});
-      connections.back().thread = std::thread(
-          [this, s = std::make_shared<tcp::socket>(std::move(peer))]() mutable { serve(std::move(*s)); });
+      reap_finished();
+      connections.push_back({peer.native_handle(), {}, false});
+      auto* entry = &connections.back();  // std::list: stable
+      entry->thread =
+          std::thread([this, entry, s = std::make_shared<tcp::socket>(std::move(peer))]() mutable {
+            serve(*s);
+            // Forget the descriptor before closing it: stop() must never
+            // shut down whatever reuses it.
+            std::lock_guard lock(mutex);
+            entry->fd = -1;
+            entry->done = true;
+            boost::system::error_code ec;
+            s->close(ec);
+          });
     }
   }
 };
@@ -207,15 +242,17 @@ http_server::~http_server() { stop(); }
 status http_server::start(const std::string& bind_address, uint16_t port) {
   boost::system::error_code ec;
   const auto address = asio::ip::make_address(bind_address, ec);
-  if (ec) return error(errc::invalid_argument, "serving http port: bad bind address '" + bind_address + "'");
+  if (ec)
+    return error(errc::invalid_argument,
+                 "serving http port: bad bind address '" + bind_address + "'");
   const tcp::endpoint at(address, port);
   impl_->acceptor.open(at.protocol(), ec);
   if (!ec) impl_->acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
   if (!ec) impl_->acceptor.bind(at, ec);
   if (!ec) impl_->acceptor.listen(asio::socket_base::max_listen_connections, ec);
   if (ec)
-    return error(errc::unavailable,
-                 "serving http port " + bind_address + ":" + std::to_string(port) + ": " + ec.message());
+    return error(errc::unavailable, "serving http port " + bind_address + ":" +
+                                        std::to_string(port) + ": " + ec.message());
   impl_->port = impl_->acceptor.local_endpoint().port();
   impl_->accept_thread = std::thread([this] { impl_->accept_loop(); });
   return {};
@@ -228,7 +265,8 @@ void http_server::stop() {
     std::lock_guard lock(impl_->mutex);
     if (impl_->stopping) return;
     impl_->stopping = true;
-    for (auto& c : impl_->connections) ::shutdown(c.fd, SHUT_RDWR);
+    for (auto& c : impl_->connections)
+      if (c.fd >= 0) ::shutdown(c.fd, SHUT_RDWR);
   }
   if (impl_->accept_thread.joinable()) {
     ::shutdown(impl_->acceptor.native_handle(), SHUT_RDWR);

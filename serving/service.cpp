@@ -44,7 +44,8 @@ status serving_service::prefetch(const std::string& table, std::span<const uint6
 void serving_service::finish_request() {
   std::lock_guard lock(mutex_);
   for (auto& [name, store] : tables_)
-    if (store->has_pending()) (void)store->insert_pending();  // a failed insert is only a miss later
+    if (store->has_pending())
+      (void)store->insert_pending();  // a failed insert is only a miss later
 }
 
 status serving_service::apply_updates(const std::string& table, std::span<const uint64_t> keys,

@@ -71,7 +71,8 @@ struct serving_store::impl {
     std::vector<std::byte> evicted_rows(keys.size() * record_bytes());
     cache_counts counts;
     return run_cache_call([&](cache_completion done) {
-      cache->insert(host_span(keys), host_span(std::span<const std::byte>(rows, keys.size() * record_bytes())),
+      cache->insert(host_span(keys),
+                    host_span(std::span<const std::byte>(rows, keys.size() * record_bytes())),
                     false, host_span(std::span<uint64_t>(evicted_keys)),
                     host_span(std::span<std::byte>(evicted_rows)), counts, std::move(done));
     });
@@ -138,8 +139,8 @@ struct serving_store::impl {
 serving_store::serving_store(std::unique_ptr<impl> impl) : impl_(std::move(impl)) {}
 serving_store::~serving_store() = default;
 
-expected<std::unique_ptr<serving_store>> serving_store::open(
-    serving_store_config config, std::unique_ptr<cache_backend> cache) {
+expected<std::unique_ptr<serving_store>> serving_store::open(serving_store_config config,
+                                                             std::unique_ptr<cache_backend> cache) {
   if (config.dim == 0)
     return error(errc::invalid_argument, "serving table '" + config.table + "': dim must be set");
   if (config.lmdb_path.empty())
@@ -170,7 +171,8 @@ expected<std::unique_ptr<serving_store>> serving_store::open(
   if (!lmdb) return lmdb.err();
   p->lmdb = std::move(*lmdb);
   dram_tier_config dc;
-  dc.capacity_bytes = std::max(config.dram_bytes, dram_tier::budget_for_rows(layout, eviction_policy::lru, 64));
+  dc.capacity_bytes =
+      std::max(config.dram_bytes, dram_tier::budget_for_rows(layout, eviction_policy::lru, 64));
   p->dram = std::make_unique<dram_tier>(layout, dc);
   return std::unique_ptr<serving_store>(new serving_store(std::move(p)));
 }
@@ -265,7 +267,8 @@ status serving_store::lookup(std::span<const uint64_t> keys, lookup_result& out)
   s.count(hits, n);
   if (!fetched.empty()) {
     if (async) {
-      for (size_t i = 0; i < fetched.size(); ++i) s.pending.append(fetched.key(i), fetched.record(i));
+      for (size_t i = 0; i < fetched.size(); ++i)
+        s.pending.append(fetched.key(i), fetched.record(i));
       s.stats.async_inserts += fetched.size();
     } else {
       STRATA_TRY(s.cache_insert(fetched.keys(), fetched.record(0)));
@@ -314,11 +317,11 @@ status serving_store::apply_updates(std::span<const uint64_t> keys, std::span<co
   const uint32_t dim = s.layout.dim;
   const size_t rb = s.record_bytes();
   if (weights.size() != keys.size() * dim || versions.size() != keys.size())
-    return error(errc::invalid_argument,
-                 "serving table '" + s.config.table + "': update of " +
-                     std::to_string(keys.size()) + " keys carries " +
-                     std::to_string(weights.size()) + " floats and " +
-                     std::to_string(versions.size()) + " versions (dim " + std::to_string(dim) + ")");
+    return error(errc::invalid_argument, "serving table '" + s.config.table + "': update of " +
+                                             std::to_string(keys.size()) + " keys carries " +
+                                             std::to_string(weights.size()) + " floats and " +
+                                             std::to_string(versions.size()) + " versions (dim " +
+                                             std::to_string(dim) + ")");
   if (keys.empty()) return {};
   // A queued (older) row must not land in the cache after a newer update.
   STRATA_TRY(insert_pending());
@@ -359,7 +362,8 @@ status serving_store::apply_updates(std::span<const uint64_t> keys, std::span<co
   row_buffer resident(s.layout);
   for (size_t j = 0; j < accepted.size(); ++j)
     if (s.dram->contains(accepted.key(j))) resident.append(accepted.key(j), accepted.record(j));
-  if (!resident.empty()) STRATA_TRY(s.dram->store(resident.keys(), resident.rows(), false, spilled));
+  if (!resident.empty())
+    STRATA_TRY(s.dram->store(resident.keys(), resident.rows(), false, spilled));
   std::vector<std::byte> probe(accepted.size() * rb);
   std::vector<uint32_t> cache_misses(accepted.size());
   cache_counts counts;

@@ -48,19 +48,19 @@ namespace strata::serving {
 
 struct serving_store_config {
   std::string table = "default";
-  uint32_t dim = 0;                         // 0: taken from the checkpoint
-  std::filesystem::path lmdb_path;          // the store's own environment (emptied at open)
-  uint32_t partitions = 4096;               // the cluster's partition count (LMDB keys)
-  size_t dram_bytes = size_t{64} << 20;     // DRAM tier budget
-  float default_value = 0.0f;               // every element of the default vector
-  double async_insert_hit_rate = 0.9;       // >=: insert misses into the cache asynchronously
-  uint32_t hit_rate_window = 4096;          // keys over which the hit rate is measured
-  uint32_t warmup_keys = 0;                 // most frequent checkpoint keys put in the cache
+  uint32_t dim = 0;                      // 0: taken from the checkpoint
+  std::filesystem::path lmdb_path;       // the store's own environment (emptied at open)
+  uint32_t partitions = 4096;            // the cluster's partition count (LMDB keys)
+  size_t dram_bytes = size_t{64} << 20;  // DRAM tier budget
+  float default_value = 0.0f;            // every element of the default vector
+  double async_insert_hit_rate = 0.9;    // >=: insert misses into the cache asynchronously
+  uint32_t hit_rate_window = 4096;       // keys over which the hit rate is measured
+  uint32_t warmup_keys = 0;              // most frequent checkpoint keys put in the cache
 };
 
 struct serving_stats {
-  uint64_t lookups = 0;        // lookup calls
-  uint64_t keys = 0;           // keys looked up
+  uint64_t lookups = 0;  // lookup calls
+  uint64_t keys = 0;     // keys looked up
   uint64_t cache_hits = 0;
   uint64_t dram_hits = 0;
   uint64_t lmdb_hits = 0;
@@ -76,7 +76,7 @@ struct serving_stats {
 // A lookup's result: n rows of `dim` floats and their versions (0: default).
 struct lookup_result {
   uint32_t dim = 0;
-  std::vector<float> weights;     // n x dim
+  std::vector<float> weights;      // n x dim
   std::vector<uint64_t> versions;  // n
 };
 

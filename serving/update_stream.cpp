@@ -76,7 +76,8 @@ struct update_publisher::impl {
     std::unique_lock lock(mutex);
     sub.subscribed = true;
     for (;;) {
-      changed.wait_for(lock, config.interval, [&] { return stopping || seq - after >= config.max_rows; });
+      changed.wait_for(lock, config.interval,
+                       [&] { return stopping || seq - after >= config.max_rows; });
       // On stop, one last send: rows published before stop() are not lost.
       const bool last = stopping;
       if (collect(after, batch)) {
@@ -118,9 +119,10 @@ struct update_publisher::impl {
         auto req = wire::decode_subscribe(first->payload);
         if (!req || req->table != config.table) {
           std::vector<std::byte> payload;
-          wire::encode(payload, wire::error_reply{uint16_t(errc::not_found),
-                                                  "publisher of table '" + config.table +
-                                                      "' has no table '" + (req ? req->table : "?") + "'"});
+          wire::encode(payload,
+                       wire::error_reply{uint16_t(errc::not_found),
+                                         "publisher of table '" + config.table +
+                                             "' has no table '" + (req ? req->table : "?") + "'"});
           (void)sub.socket->send(wire::frame_type::error, 0, payload);
           return;
         }
@@ -140,7 +142,9 @@ status update_publisher::start() {
   auto& p = *impl_;
   boost::system::error_code ec;
   const auto address = asio::ip::make_address(p.config.bind_address, ec);
-  if (ec) return error(errc::invalid_argument, "update publisher: bad bind address '" + p.config.bind_address + "'");
+  if (ec)
+    return error(errc::invalid_argument,
+                 "update publisher: bad bind address '" + p.config.bind_address + "'");
   const tcp::endpoint at(address, p.config.port);
   p.acceptor.open(at.protocol(), ec);
   if (!ec) p.acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
@@ -218,7 +222,8 @@ void update_publisher::rows_updated(const row_layout& layout, std::span<const ui
   publish(keys, weights, versions);
 }
 
-void update_publisher::add_local_subscriber(std::function<void(const wire::update_batch&)> deliver) {
+void update_publisher::add_local_subscriber(
+    std::function<void(const wire::update_batch&)> deliver) {
   auto& p = *impl_;
   std::lock_guard lock(p.mutex);
   p.subscribers.push_back({nullptr, std::move(deliver), {}});
@@ -265,7 +270,8 @@ struct update_subscriber::impl {
         if (!frame || frame->header.type != wire::frame_type::updates) break;
         auto batch = wire::decode_updates(frame->payload);
         if (!batch || batch->table != config.table) break;
-        if (!service.apply_updates(batch->table, batch->keys, batch->weights, batch->versions)) break;
+        if (!service.apply_updates(batch->table, batch->keys, batch->weights, batch->versions))
+          break;
         stream = batch->stream;
         seq = batch->seq;
         ++batches;

@@ -55,8 +55,9 @@ std::string manifest(const fs::path& d, uint32_t epochs, uint16_t updates_port) 
     << "  generate:\n    rows: 3000\n    distinct_keys: 2000\n    seed: 5\n"
     << "checkpoint:\n  dir: " << (d / "ckpt").string() << "\n"
     << "updates:\n  port: " << updates_port << "\n  interval_ms: 20\n"
-    << "serving:\n  checkpoint: " << (d / "ckpt").string() << "\n  lmdb_path: "
-    << (d / "serving").string() << "\n  subscribe: 127.0.0.1:" << updates_port << "\n";
+    << "serving:\n  checkpoint: " << (d / "ckpt").string()
+    << "\n  lmdb_path: " << (d / "serving").string() << "\n  subscribe: 127.0.0.1:" << updates_port
+    << "\n";
   return m.str();
 }
 
@@ -69,8 +70,8 @@ TEST(ServingEndToEnd, TrainServeAndKeepServingWhileTrainingUpdatesIt) {
   std::ofstream(d / "one-epoch.yaml") << manifest(d, 1, port);
   std::ofstream(d / "two-epochs.yaml") << manifest(d, 2, port);
   const std::string bin = STRATA_BINARY;
-  ASSERT_EQ(run(bin + " node --manifest " + (d / "one-epoch.yaml").string() +
-                " --node live > " + (d / "train1.log").string() + " 2>&1"),
+  ASSERT_EQ(run(bin + " node --manifest " + (d / "one-epoch.yaml").string() + " --node live > " +
+                (d / "train1.log").string() + " 2>&1"),
             0)
       << std::ifstream(d / "train1.log").rdbuf();
   auto checkpoint = actors::latest_checkpoint(d / "ckpt");
@@ -89,10 +90,12 @@ TEST(ServingEndToEnd, TrainServeAndKeepServingWhileTrainingUpdatesIt) {
     c.read_only = true;
     auto tier = lmdb_tier::open(layout, c);
     ASSERT_TRUE(tier.has_value()) << tier.err().to_string();
-    ASSERT_TRUE((*tier)->dump([&](uint64_t key, const std::byte* r) {
-                         want[key] = {meta_of(r).version,
-                                      std::vector<float>(weights_of(r), weights_of(r) + meta->dim)};
-                       }).has_value());
+    ASSERT_TRUE((*tier)
+                    ->dump([&](uint64_t key, const std::byte* r) {
+                      want[key] = {meta_of(r).version,
+                                   std::vector<float>(weights_of(r), weights_of(r) + meta->dim)};
+                    })
+                    .has_value());
   }
   ASSERT_GT(want.size(), 100u);
   std::vector<uint64_t> keys;
@@ -122,16 +125,16 @@ TEST(ServingEndToEnd, TrainServeAndKeepServingWhileTrainingUpdatesIt) {
   ASSERT_TRUE(before.has_value()) << before.err().to_string();
   for (size_t i = 0; i < keys.size(); ++i) {
     ASSERT_EQ(before->versions[i], want[keys[i]].first) << keys[i];
-    ASSERT_EQ(std::memcmp(&before->weights[i * meta->dim], want[keys[i]].second.data(),
-                          meta->dim * 4),
-              0);
+    ASSERT_EQ(
+        std::memcmp(&before->weights[i * meta->dim], want[keys[i]].second.data(), meta->dim * 4),
+        0);
   }
 
   // Train on from the checkpoint (a new incarnation) while serving follows.
-  ASSERT_EQ(run(bin + " node --manifest " + (d / "two-epochs.yaml").string() +
-                " --node live --resume " + (d / "ckpt").string() + " > " +
-                (d / "train2.log").string() + " 2>&1"),
-            0)
+  ASSERT_EQ(
+      run(bin + " node --manifest " + (d / "two-epochs.yaml").string() + " --node live --resume " +
+          (d / "ckpt").string() + " > " + (d / "train2.log").string() + " 2>&1"),
+      0)
       << std::ifstream(d / "train2.log").rdbuf();
   size_t moved = 0;
   const bool updated = eventually(

@@ -63,8 +63,8 @@ struct node {
     c.dim = dim;
     c.partitions = 64;
     c.lmdb_path = dir.path() / "serving";
-    c.dram_bytes = dram_tier::budget_for_rows({dim, optimizer_kind::sgd, false},
-                                              eviction_policy::lru, 500);
+    c.dram_bytes =
+        dram_tier::budget_for_rows({dim, optimizer_kind::sgd, false}, eviction_policy::lru, 500);
     auto store = serving_store::open(
         c, std::make_unique<cpu_cache>(row_layout{dim, optimizer_kind::sgd, false},
                                        cache_geometry{8, 1}));
@@ -112,7 +112,8 @@ TEST(ServingServer, SeveralConcurrentClientsGetTheCheckpointRows) {
       for (size_t batch : {0, 1, 16, 1024, 7, 300}) {
         for (int rep = 0; rep < 3; ++rep) {
           std::vector<uint64_t> keys(batch);
-          for (auto& k : keys) k = rng() % 10 == 0 ? rng() : n.rows.keys[rng() % n.rows.keys.size()];
+          for (auto& k : keys)
+            k = rng() % 10 == 0 ? rng() : n.rows.keys[rng() % n.rows.keys.size()];
           auto r = c.lookup("ads", keys);
           ASSERT_TRUE(r.has_value()) << r.err().to_string();
           expect_rows(n.rows, keys, *r);
@@ -132,7 +133,8 @@ TEST(ServingServer, BinaryErrorsNameTheProblem) {
   auto unknown = c.lookup("clicks", std::vector<uint64_t>{1});
   ASSERT_FALSE(unknown.has_value());
   EXPECT_EQ(unknown.err().code(), errc::not_found);
-  EXPECT_NE(unknown.err().message().find("unknown table 'clicks' (served: ads)"), std::string::npos);
+  EXPECT_NE(unknown.err().message().find("unknown table 'clicks' (served: ads)"),
+            std::string::npos);
   auto big = c.lookup("ads", std::vector<uint64_t>(5000, 1));
   ASSERT_FALSE(big.has_value());
   EXPECT_EQ(big.err().code(), errc::capacity_exceeded);
@@ -288,7 +290,8 @@ TEST(OnlineUpdates, AResumingSubscriberGetsOnlyNewerRows) {
   ASSERT_TRUE(publisher.start().has_value());
   publisher.publish(std::vector<uint64_t>{1, 2, 3}, std::vector<float>{1, 2, 3},
                     std::vector<uint64_t>{10, 20, 30});  // seq 1, 2, 3
-  publisher.publish(std::vector<uint64_t>{2}, std::vector<float>{22}, std::vector<uint64_t>{21});  // seq 4
+  publisher.publish(std::vector<uint64_t>{2}, std::vector<float>{22},
+                    std::vector<uint64_t>{21});  // seq 4
   auto receive_after = [&](uint64_t stream, uint64_t after) {
     auto s = wire::frame_socket::connect({"127.0.0.1", publisher.port()}, 10s);
     EXPECT_TRUE(s.has_value());
@@ -323,8 +326,9 @@ TEST(OnlineUpdates, ReorderedUpdateFramesNeverMoveAVersionBackwards) {
   uint64_t seen = base;
   for (uint64_t v : order) {
     std::vector<std::byte> payload;
-    wire::encode(payload, wire::update_batch{"ads", 1, 1, dim, {key}, {v},
-                                             std::vector<float>(dim, float(v - base))});
+    wire::encode(
+        payload,
+        wire::update_batch{"ads", 1, 1, dim, {key}, {v}, std::vector<float>(dim, float(v - base))});
     ASSERT_TRUE(s->send(wire::frame_type::updates, v, payload).has_value());
     auto ack = s->receive();
     ASSERT_TRUE(ack.has_value());
@@ -426,17 +430,19 @@ TEST(ServingProcesses, KillingAReplicaMidLoadFailsTheClientOverToAnother) {
     const fs::path state = dir.path() / ("replica-" + std::to_string(i));
     bool exited = false;
     ASSERT_TRUE(eventually(
-        [&] {
-          exited = exited || ::waitpid(pids[i], nullptr, WNOHANG) == pids[i];
-          return exited || fs::exists(state / "ports");
-        },
-        60s) && !exited)
+                    [&] {
+                      exited = exited || ::waitpid(pids[i], nullptr, WNOHANG) == pids[i];
+                      return exited || fs::exists(state / "ports");
+                    },
+                    60s) &&
+                !exited)
         << "replica " << i << " did not start; log:\n"
         << std::ifstream(state / "log").rdbuf();
     ports.push_back(read_port(state / "ports"));
     ASSERT_NE(ports.back(), 0);
   }
-  auto c = client::serving_client::connect({{{"127.0.0.1", ports[0]}, {"127.0.0.1", ports[1]}}, 5s});
+  auto c =
+      client::serving_client::connect({{{"127.0.0.1", ports[0]}, {"127.0.0.1", ports[1]}}, 5s});
   ASSERT_TRUE(c.has_value());
   std::mt19937_64 rng(1);
   int after_kill = 0;

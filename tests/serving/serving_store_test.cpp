@@ -25,15 +25,16 @@ struct fixture {
   checkpoint_rows rows;
   std::unique_ptr<serving_store> store;
 
-  explicit fixture(serving_store_config config = {}, uint32_t cache_sets = 4, uint32_t rows_n = 600) {
+  explicit fixture(serving_store_config config = {}, uint32_t cache_sets = 4,
+                   uint32_t rows_n = 600) {
     rows = testing::write_test_checkpoint(dir.path() / "ckpt-000000000001", "ads", dim, rows_n, 2);
     config.table = "ads";
     config.dim = dim;
     config.partitions = 64;
     config.lmdb_path = dir.path() / "serving";
     if (config.dram_bytes == serving_store_config{}.dram_bytes)
-      config.dram_bytes = dram_tier::budget_for_rows({dim, optimizer_kind::sgd, false},
-                                                     eviction_policy::lru, 100);
+      config.dram_bytes =
+          dram_tier::budget_for_rows({dim, optimizer_kind::sgd, false}, eviction_policy::lru, 100);
     auto opened = serving_store::open(
         config, std::make_unique<cpu_cache>(row_layout{dim, optimizer_kind::sgd, false},
                                             cache_geometry{cache_sets, 1}));
@@ -95,8 +96,7 @@ TEST(ServingStore, RepeatedKeysGetTheSameRow) {
   lookup_result r;
   ASSERT_TRUE(f.store->lookup(keys, r).has_value());
   f.expect_rows(keys, r, 0.0f);
-  for (size_t i : {2, 3, 6})
-    EXPECT_EQ(std::memcmp(&r.weights[i * dim], &r.weights[0], dim * 4), 0);
+  for (size_t i : {2, 3, 6}) EXPECT_EQ(std::memcmp(&r.weights[i * dim], &r.weights[0], dim * 4), 0);
 }
 
 TEST(ServingStore, BatchesOf0_1_16_1024Keys) {
@@ -252,7 +252,8 @@ TEST(ServingStore, RefusesACheckpointOfAnotherTableOrDim) {
   c.dim = dim;
   c.lmdb_path = dir.path() / "serving";
   auto store = serving_store::open(
-      c, std::make_unique<cpu_cache>(row_layout{dim, optimizer_kind::sgd, false}, cache_geometry{4, 1}));
+      c, std::make_unique<cpu_cache>(row_layout{dim, optimizer_kind::sgd, false},
+                                     cache_geometry{4, 1}));
   ASSERT_TRUE(store.has_value());
   auto loaded = (*store)->load_checkpoint(dir.path() / "ckpt");
   ASSERT_FALSE(loaded.has_value());
