@@ -7,8 +7,9 @@
 //                   store HugeCTR's HPS offered;
 //   dram_in_process a DRAM-tier lookup in this process: the limit without
 //                   a network.
-// For each batch size: keys/s (throughput, one request in flight) and
-// latency p50/p99 per request. Results: serve_keys_per_s_bB (baselines
+// For each batch size the three alternate in 5 short rounds (a burst of
+// load on a shared machine hits all alike): keys/s is the median round
+// (one request in flight), p50/p99 pool every request. Results: serve_keys_per_s_bB (baselines
 // redis_mget, dram_in_process), serve_p50_us_bB / serve_p99_us_bB (baseline
 // redis), serve_p99_over_p50_bB. Batches draw keys uniformly from the
 // loaded rows; every row is cache-resident after the first pass.
