@@ -205,6 +205,11 @@ void update_publisher::publish(std::span<const uint64_t> keys, std::span<const f
       row.weights.assign(weights.begin() + i * dim, weights.begin() + (i + 1) * dim);
       p.log.emplace_back(row.seq, keys[i]);
     }
+    // Keep the log proportional to the retained rows: drop superseded
+    // entries (senders hold sequence numbers, not log positions).
+    if (p.log.size() > 2 * p.retained.size() + 1024) {
+      std::erase_if(p.log, [&](const auto& e) { return p.retained.at(e.second).seq != e.first; });
+    }
   }
   p.changed.notify_all();
 }

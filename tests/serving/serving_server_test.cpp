@@ -313,6 +313,34 @@ TEST(OnlineUpdates, AResumingSubscriberGetsOnlyNewerRows) {
   publisher.stop();
 }
 
+TEST(OnlineUpdates, AHotKeyUpdatedManyTimesIsSentOnceNewest) {
+  publisher_config pc;
+  pc.table = "ads";
+  pc.dim = 1;
+  pc.stream = 3;
+  pc.interval = 10ms;
+  update_publisher publisher(pc);
+  ASSERT_TRUE(publisher.start().has_value());
+  // Enough republications to compact the log several times over.
+  for (uint64_t v = 1; v <= 5000; ++v)
+    publisher.publish(std::vector<uint64_t>{v % 3}, std::vector<float>{float(v)},
+                      std::vector<uint64_t>{v});
+  auto s = wire::frame_socket::connect({"127.0.0.1", publisher.port()}, 10s);
+  ASSERT_TRUE(s.has_value());
+  std::vector<std::byte> payload;
+  wire::encode(payload, wire::subscribe_request{"ads", 0, 0});
+  ASSERT_TRUE(s->send(wire::frame_type::subscribe, 0, payload).has_value());
+  auto f = s->receive();
+  ASSERT_TRUE(f.has_value());
+  auto b = wire::decode_updates(f->payload);
+  ASSERT_TRUE(b.has_value());
+  EXPECT_EQ(b->keys, (std::vector<uint64_t>{0, 1, 2}));  // 4998 % 3 == 0
+  EXPECT_EQ(b->versions, (std::vector<uint64_t>{4998, 4999, 5000}));
+  EXPECT_EQ(b->weights, (std::vector<float>{4998, 4999, 5000}));
+  EXPECT_EQ(b->seq, 5000u);
+  publisher.stop();
+}
+
 TEST(OnlineUpdates, ReorderedUpdateFramesNeverMoveAVersionBackwards) {
   node n;
   auto s = wire::frame_socket::connect({"127.0.0.1", n.binary->port()}, 10s);
