@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,16 @@ namespace strata::actors {
 enum class training_mode : uint8_t {
   async,  // pushes go to the owning shard; caches serve copies <= staleness batches old
   pass,   // AIBox: each key owned by one cache tier for a pass; write-back at pass end
+};
+
+// Told of the rows a shard updated (a push in async mode, a write-back in
+// pass mode): the seam online updates to serving use (serving/
+// update_stream.hpp). Called on the shard's thread; must not block.
+class row_update_sink {
+ public:
+  virtual ~row_update_sink() = default;
+  virtual void rows_updated(const row_layout& layout, std::span<const uint64_t> keys,
+                            const_rows_span rows) = 0;
 };
 
 struct shard_config {
@@ -47,6 +58,8 @@ struct shard_config {
   // TTL clock.
   std::vector<uint16_t> restored_sketch;
   uint32_t restored_tick = 0;
+  // Online updates: told of every updated row (null: nobody listens).
+  std::shared_ptr<row_update_sink> updates;
 };
 
 // Builds a cache tier's backend; the composition root picks the CUDA one

@@ -240,6 +240,8 @@ shard_actor::behavior_type shard_behavior(shard_pointer self, shard_config confi
         reply.rows.records.resize(unique.size() * layout.record_bytes());
         s = chain.lookup(unique, rows_of(reply.rows, layout), nullptr);
         if (!s) return to_caf(s.err());
+        if (auto& sink = self->state.config.updates)
+          sink->rows_updated(layout, reply.rows.keys, rows_of(reply.rows, layout));
         maybe_flush(self);
         auto& m = self->state.metrics;
         ++m.pushes;
@@ -252,6 +254,10 @@ shard_actor::behavior_type shard_behavior(shard_pointer self, shard_config confi
           return caf::make_error(caf::sec::runtime_error, "malformed write-back batch");
         auto s = self->state.chain->write_back(rows.keys, rows_of(rows, layout));
         if (!s) return to_caf(s.err());
+        // Serving ignores a row not newer than its copy, so an ignored
+        // (older) write-back row is harmless to publish.
+        if (auto& sink = self->state.config.updates)
+          sink->rows_updated(layout, rows.keys, rows_of(rows, layout));
         self->state.metrics.write_back_rows += rows.keys.size();
         maybe_flush(self);
         return ok_atom::value;

@@ -35,4 +35,9 @@ void add_node_command(CLI::App& app, int& exit_code);
 // manifest, the table layout; names the file and the problem.
 void add_checkpoint_command(CLI::App& app, int& exit_code);
 
+// `strata serve MANIFEST [--port-file F]`: loads the manifest's checkpoint
+// into the serving tiers and answers lookups (binary protocol and HTTP)
+// until SIGINT/SIGTERM (docs/serving.md).
+void add_serve_command(CLI::App& app, int& exit_code);
+
 }  // namespace strata::cli

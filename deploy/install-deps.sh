@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
 # Installs the Debian packages strata needs, only those missing. Idempotent.
 #   deploy/install-deps.sh          build + test dependencies
-#   deploy/install-deps.sh --bench  also python3-torch (the PyTorch baseline)
+#   deploy/install-deps.sh --bench  also python3-torch (the PyTorch baseline) and
+#                                   redis-server (the serving baseline)
 set -euo pipefail
 
 packages=(cmake g++ make pkg-config git libcaf-dev libucx-dev ucx-utils liblmdb-dev lmdb-utils
   prometheus-cpp-dev prometheus libboost-dev libyaml-cpp-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev libxxhash-dev libcli11-dev iproute2 curl
-  clang libclang-rt-14-dev)
+  clang libclang-rt-14-dev
+  pybind11-dev python3-dev python3-numpy)
 if [[ "${1:-}" == "--bench" ]]; then
   # OpenBLAS: without it Debian's torch falls back to the slow reference BLAS.
-  packages+=(python3-torch libopenblas0-pthread gnuplot-nox)
+  # redis-server: the Redis baseline of `strata bench serve`.
+  packages+=(python3-torch libopenblas0-pthread gnuplot-nox redis-server)
 fi
 
 missing=()

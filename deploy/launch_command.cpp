@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <random>
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -41,6 +42,7 @@
 #include "deploy/version.hpp"
 #include "model/datagen.hpp"
 #include "monitoring/exporter.hpp"
+#include "serving/update_stream.hpp"
 
 namespace strata::cli {
 namespace {
@@ -361,6 +363,25 @@ int run_node(const std::string& path, const std::string& node, const std::string
                 ck.keep);
   }
 
+  // Online updates: every shard tells the publisher of the rows it updates.
+  std::shared_ptr<serving::update_publisher> publisher;
+  if (m.updates.present) {
+    serving::publisher_config pc;
+    pc.table = m.cluster.table.name;
+    pc.dim = m.cluster.table.layout.dim;
+    pc.stream = (uint64_t{std::random_device{}()} << 32 | std::random_device{}()) | 1;
+    pc.interval = std::chrono::milliseconds(m.updates.interval_ms);
+    pc.max_rows = m.updates.max_rows;
+    pc.bind_address = m.updates.bind_address;
+    pc.port = m.updates.port;
+    publisher = std::make_shared<serving::update_publisher>(pc);
+    if (auto ok = publisher->start(); !ok) return fail(ok.err());
+    for (auto& shard : m.cluster.shards) shard.updates = publisher;
+    std::printf("updates: publishing table '%s' on %s:%u every %u ms or %u rows\n",
+                pc.table.c_str(), pc.bind_address.c_str(), publisher->port(),
+                m.updates.interval_ms, m.updates.max_rows);
+  }
+
   const auto& c = m.cluster;
   std::printf(
       "training: %s mode, %zu shards (DRAM %s each, LMDB under %s), %zu cache tiers (%llu rows "
@@ -427,6 +448,7 @@ int run_node(const std::string& path, const std::string& node, const std::string
       hooks);
   signals.forget();
   line.done();
+  if (publisher) publisher->stop();  // sends what is still pending
   if (!report) return fail(report.err());
   if (!printed) print_report(m, *report);
   std::fflush(stdout);

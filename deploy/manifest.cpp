@@ -324,6 +324,14 @@ class section {
 
 // --- sections ---------------------------------------------------------------
 
+std::optional<host_port> parse_host_port(const std::string& text) {
+  const auto colon = text.rfind(':');
+  if (colon == std::string::npos || colon == 0) return std::nullopt;
+  const auto port = parse_uint(std::string_view(text).substr(colon + 1));
+  if (!port || *port == 0 || *port > 65535) return std::nullopt;
+  return host_port{text.substr(0, colon), static_cast<uint16_t>(*port)};
+}
+
 void read_optimizer(section s, optimizer_config& o) {
   s.choice<optimizer_kind>("kind", o.kind,
                            {{"sgd", optimizer_kind::sgd},
@@ -392,6 +400,8 @@ struct raw_manifest {
   actors::dense_config dense;
   metrics_settings metrics;
   actors::checkpoint_settings checkpoint;
+  serving_settings serving;
+  updates_settings updates;
   failure_policy on_failure = failure_policy::stop;
   uint32_t max_restarts = 3;
   actors::gradient_kind objective = actors::gradient_kind::ctr;
@@ -556,6 +566,52 @@ void read_dense(section s, raw_manifest& r) {
   s.finish();
 }
 
+void read_serving(section s, raw_manifest& r) {
+  serving_settings& v = r.serving;
+  v.present = true;
+  s.path_value("checkpoint", v.checkpoint);
+  s.path_value("lmdb_path", v.lmdb_path);
+  s.choice<std::string>("cache_backend", v.cache_backend, {{"cpu", "cpu"}, {"gpu", "gpu"}});
+  s.unsigned_int("cache_sets", v.cache_sets, 1, 1u << 26);
+  s.unsigned_int("cache_slabs_per_set", v.cache_slabs_per_set, 1, 64);
+  s.size("dram_bytes", v.dram_bytes);
+  s.text("bind_address", v.bind_address);
+  s.unsigned_int("binary_port", v.binary_port);
+  s.unsigned_int("http_port", v.http_port);
+  s.real("default_value", v.default_value, -1e30, 1e30);
+  s.real("async_insert_hit_rate", v.async_insert_hit_rate, 0.0, 1.0);
+  s.unsigned_int("hit_rate_window", v.hit_rate_window, 1, 1u << 30);
+  s.unsigned_int("warmup_keys", v.warmup_keys, 0, 1u << 30);
+  s.unsigned_int("max_request_keys", v.max_request_keys, 1, 1u << 26);
+  s.size("max_http_body_bytes", v.max_http_body_bytes);
+  s.list("replicas", [&](const std::string& text, const YAML::Mark& mark, const std::string& path) {
+    auto hp = parse_host_port(text);
+    if (!hp) {
+      s.diag().fail(mark, path, "expected host:port, got " + in_quotes(text));
+      return false;
+    }
+    v.replicas.push_back(*hp);
+    return true;
+  });
+  std::string subscribe;
+  s.text("subscribe", subscribe);
+  if (!subscribe.empty()) {
+    v.subscribe = parse_host_port(subscribe);
+    if (!v.subscribe)
+      s.diag().fail_at("serving.subscribe", "expected host:port, got " + in_quotes(subscribe));
+  }
+  s.finish();
+}
+
+void read_updates(section s, raw_manifest& r) {
+  r.updates.present = true;
+  s.text("bind_address", r.updates.bind_address);
+  s.unsigned_int("port", r.updates.port);
+  s.unsigned_int("interval_ms", r.updates.interval_ms, 1, 3600 * 1000);
+  s.unsigned_int("max_rows", r.updates.max_rows, 1, 1u << 24);
+  s.finish();
+}
+
 void read_metrics(section s, raw_manifest& r) {
   s.unsigned_int("port", r.metrics.port);
   s.text("bind_address", r.metrics.bind_address);
@@ -693,6 +749,10 @@ manifest build(const raw_manifest& r, const std::string& file) {
   m.ssd_path = r.ssd_path;
   m.cache_backend = r.cache_backend;
   m.metrics = r.metrics;
+  m.serving = r.serving;
+  m.updates = r.updates;
+  if (m.serving.present && m.serving.lmdb_path.empty())
+    m.serving.lmdb_path = r.ssd_path / "serving";
   if (m.metrics.node.empty()) m.metrics.node = r.name;
   m.on_failure = r.on_failure;
   m.max_restarts = r.max_restarts;
@@ -831,6 +891,8 @@ expected<manifest> parse_manifest(std::string_view text, const std::string& file
     read_dense(top.child("dense"), r);
     read_metrics(top.child("metrics"), r);
     read_checkpoint(top.child("checkpoint"), r);
+    if (top.has("serving")) read_serving(top.child("serving"), r);
+    if (top.has("updates")) read_updates(top.child("updates"), r);
     top.finish();
   } catch (const YAML::Exception& e) {
     diag.fail(e.mark, "", e.msg);

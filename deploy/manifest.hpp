@@ -23,6 +23,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "actors/config.hpp"
 #include "common/error.hpp"
@@ -57,6 +58,44 @@ enum class failure_policy : uint8_t {
   restart,  // restart the cluster from the latest complete checkpoint
 };
 
+// `serving`: what `strata serve` runs (docs/serving.md). Absent: no serving.
+struct host_port {
+  std::string host;
+  uint16_t port = 0;
+};
+struct serving_settings {
+  bool present = false;
+  // A checkpoint directory (ckpt-...), or a checkpoint root whose latest
+  // complete checkpoint is served. Empty: checkpoint.dir's latest.
+  std::filesystem::path checkpoint;
+  std::filesystem::path lmdb_path;    // the serving copy; default ssd_path / "serving"
+  std::string cache_backend = "cpu";  // cpu (gpu: not wired for serving yet)
+  uint32_t cache_sets = 1024;         // cache geometry (x 32 slots per slab)
+  uint32_t cache_slabs_per_set = 1;
+  size_t dram_bytes = size_t{64} << 20;
+  std::string bind_address = "127.0.0.1";  // loopback unless asked otherwise
+  uint16_t binary_port = 0;                // 0: none
+  uint16_t http_port = 0;                  // 0: none
+  float default_value = 0.0f;              // every element of an unknown key's row
+  double async_insert_hit_rate = 0.9;      // >=: misses go into the cache asynchronously
+  uint32_t hit_rate_window = 4096;
+  uint32_t warmup_keys = 0;              // most frequent keys put in the cache at start
+  uint32_t max_request_keys = 1u << 20;  // per lookup (binary and HTTP)
+  size_t max_http_body_bytes = size_t{16} << 20;
+  std::vector<host_port> replicas;     // for clients: the serving nodes' binary endpoints
+  std::optional<host_port> subscribe;  // an update publisher to follow
+};
+
+// `updates`: a training node streams the rows its shards update to the
+// serving nodes that subscribe (serving/update_stream.hpp).
+struct updates_settings {
+  bool present = false;
+  std::string bind_address = "127.0.0.1";
+  uint16_t port = 0;           // 0: a free port (printed at start)
+  uint32_t interval_ms = 200;  // send at least this often
+  uint32_t max_rows = 4096;    // or as soon as this many rows wait
+};
+
 struct manifest {
   std::filesystem::path file;  // the manifest itself (for messages)
   // gpu: the composition root gives each cache tier a CUDA backend
@@ -76,6 +115,8 @@ struct manifest {
   // True once the training/held-out windows are in `cluster` (after
   // resolve_data_split, or at parse time for explicit counts).
   bool split_resolved = false;
+  serving_settings serving;
+  updates_settings updates;
 };
 
 // Reads and parses `file`; errors name it.

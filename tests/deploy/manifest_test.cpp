@@ -356,5 +356,50 @@ TEST(Manifest, CheckpointErrorsNameTheField) {
   EXPECT_ERROR(appended("model:\n  objective: count\n"), "model.objective: count needs");
 }
 
+TEST(Manifest, ServingAndUpdatesSectionsParseWithDefaults) {
+  auto off = parse_manifest(text_of(base_lines), "m.yaml");
+  ASSERT_TRUE(off) << off.err().message();
+  EXPECT_FALSE(off->serving.present);
+  EXPECT_FALSE(off->updates.present);
+  auto on = parse_manifest(
+      appended("serving:\n  checkpoint: /tmp/ck\n  http_port: 8080\n  warmup_keys: 10\n"
+               "  replicas: [a:7100, 10.0.0.6:7101]\n  subscribe: train:7200\n"
+               "updates:\n  port: 7200\n  interval_ms: 50\n"),
+      "m.yaml");
+  ASSERT_TRUE(on) << on.err().message();
+  const auto& s = on->serving;
+  EXPECT_TRUE(s.present);
+  EXPECT_EQ(s.checkpoint, "/tmp/ck");
+  EXPECT_EQ(s.lmdb_path, on->ssd_path / "serving");
+  EXPECT_EQ(s.cache_backend, "cpu");
+  EXPECT_EQ(s.bind_address, "127.0.0.1");
+  EXPECT_EQ(s.binary_port, 0u);
+  EXPECT_EQ(s.http_port, 8080u);
+  EXPECT_EQ(s.warmup_keys, 10u);
+  EXPECT_DOUBLE_EQ(s.async_insert_hit_rate, 0.9);
+  ASSERT_EQ(s.replicas.size(), 2u);
+  EXPECT_EQ(s.replicas[1].host, "10.0.0.6");
+  EXPECT_EQ(s.replicas[1].port, 7101u);
+  ASSERT_TRUE(s.subscribe.has_value());
+  EXPECT_EQ(s.subscribe->host, "train");
+  EXPECT_TRUE(on->updates.present);
+  EXPECT_EQ(on->updates.port, 7200u);
+  EXPECT_EQ(on->updates.interval_ms, 50u);
+  EXPECT_EQ(on->updates.max_rows, 4096u);
+}
+
+TEST(Manifest, ServingErrorsNameTheField) {
+  EXPECT_ERROR(appended("serving:\n  async_insert_hit_rate: 1.5\n"),
+               "m.yaml:17: serving.async_insert_hit_rate: must be in");
+  EXPECT_ERROR(appended("serving:\n  replicas: [nowhere]\n"),
+               "serving.replicas[0]: expected host:port");
+  EXPECT_ERROR(appended("serving:\n  subscribe: host:99999\n"),
+               "serving.subscribe: expected host:port");
+  EXPECT_ERROR(appended("serving:\n  cache_backend: tpu\n"),
+               "m.yaml:17: serving.cache_backend: expected one of");
+  EXPECT_ERROR(appended("serving:\n  http_prot: 1\n"), "m.yaml:17: serving.http_prot: unknown key");
+  EXPECT_ERROR(appended("updates:\n  interval_ms: 0\n"), "m.yaml:17: updates.interval_ms");
+}
+
 }  // namespace
 }  // namespace strata::deploy

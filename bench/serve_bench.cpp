@@ -1,0 +1,338 @@
+#include "bench/serve_bench.hpp"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+// Before Asio: Boost 1.74's awaitable.hpp uses std::exchange without it.
+// clang-format off
+#include <utility>
+// clang-format on
+
+#include <algorithm>
+#include <boost/asio.hpp>
+#include <chrono>
+#include <cstring>
+#include <iostream>
+#include <random>
+#include <stdexcept>
+#include <thread>
+
+#include "client/client.hpp"
+#include "serving/binary_server.hpp"
+#include "serving/service.hpp"
+#include "tiers/cpu_cache.hpp"
+#include "tiers/dram_tier.hpp"
+
+namespace strata::bench {
+namespace {
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+using bench_clock = std::chrono::steady_clock;
+constexpr uint32_t dim = 64;
+
+uint64_t key_of(uint64_t i) {  // splitmix64: real 64-bit keys
+  uint64_t z = i + 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// One system's samples over the rounds of a batch size.
+struct samples {
+  std::vector<double> latencies_us;  // every request of every round
+  std::vector<double> round_rates;   // keys/s of each round
+  void add_round(std::vector<double>& latencies, uint64_t keys, double seconds) {
+    latencies_us.insert(latencies_us.end(), latencies.begin(), latencies.end());
+    round_rates.push_back(double(keys) / seconds);
+  }
+  static double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0 : v[v.size() / 2];
+  }
+  double keys_per_s() const { return median(round_rates); }
+  double percentile(double p) const {
+    std::vector<double> v = latencies_us;
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0 : v[std::min(v.size() - 1, size_t(double(v.size()) * p))];
+  }
+};
+
+// Runs `one(keys)` on random batches for about `seconds` (one request in
+// flight) and adds the round to `out`.
+template <class F>
+void measure(uint64_t rows, uint32_t batch, double seconds, samples& out, F&& one) {
+  std::mt19937_64 rng(batch);
+  std::vector<std::vector<uint64_t>> batches(64, std::vector<uint64_t>(batch));
+  for (auto& b : batches)
+    for (auto& k : b) k = key_of(rng() % rows);
+  std::vector<double> latencies;
+  for (int w = 0; w < 3; ++w) one(batches[w % batches.size()]);  // warm connections and caches
+  const auto start = bench_clock::now();
+  uint64_t keys = 0;
+  for (size_t i = 0;; ++i) {
+    const auto t0 = bench_clock::now();
+    one(batches[i % batches.size()]);
+    const auto t1 = bench_clock::now();
+    latencies.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+    keys += batch;
+    if (std::chrono::duration<double>(t1 - start).count() >= seconds && latencies.size() >= 10)
+      break;
+  }
+  out.add_round(latencies, keys, std::chrono::duration<double>(bench_clock::now() - start).count());
+}
+
+// --- a minimal RESP client (blocking, one connection) --------------------------
+
+class redis_connection {
+ public:
+  explicit redis_connection(uint16_t port) : socket_(io_) {
+    socket_.connect({asio::ip::make_address("127.0.0.1"), port});
+    socket_.set_option(tcp::no_delay(true));
+  }
+  // Sends one command as a RESP array of bulk strings.
+  void append_command(const std::vector<std::string_view>& args) {
+    out_ += "*" + std::to_string(args.size()) + "\r\n";
+    for (auto a : args) {
+      out_ += "$" + std::to_string(a.size()) + "\r\n";
+      out_.append(a.data(), a.size());
+      out_ += "\r\n";
+    }
+  }
+  void flush() {
+    asio::write(socket_, asio::buffer(out_));
+    out_.clear();
+  }
+  // Reads one reply; bulk strings' bytes are appended to `values`.
+  void read_reply(std::string& values, size_t& count) {
+    const std::string line = read_line();
+    if (line.empty()) throw std::runtime_error("redis: empty reply");
+    switch (line[0]) {
+      case '+':
+      case ':':
+        return;
+      case '-':
+        throw std::runtime_error("redis: " + line);
+      case '$': {
+        const long n = std::stol(line.substr(1));
+        if (n < 0) return;
+        need(size_t(n) + 2);
+        values.append(buf_.data() + begin_, size_t(n));  // the one copy a client needs
+        begin_ += size_t(n) + 2;
+        ++count;
+        return;
+      }
+      case '*': {
+        const long n = std::stol(line.substr(1));
+        for (long i = 0; i < n; ++i) read_reply(values, count);
+        return;
+      }
+      default:
+        throw std::runtime_error("redis: unexpected reply " + line);
+    }
+  }
+
+ private:
+  // Reads from the socket straight into the buffer (no staging copy).
+  void fill() {
+    if (begin_ == end_) begin_ = end_ = 0;
+    if (buf_.size() - end_ < (1 << 16)) {
+      std::memmove(buf_.data(), buf_.data() + begin_, end_ - begin_);  // only the unread tail
+      end_ -= begin_;
+      begin_ = 0;
+      if (buf_.size() - end_ < (1 << 16)) buf_.resize(buf_.size() * 2);
+    }
+    end_ += socket_.read_some(asio::buffer(buf_.data() + end_, buf_.size() - end_));
+  }
+  void need(size_t n) {
+    while (end_ - begin_ < n) fill();
+  }
+  std::string read_line() {
+    for (;;) {
+      const char* b = buf_.data() + begin_;
+      const void* cr = std::memchr(b, '\r', end_ - begin_);
+      if (cr && static_cast<const char*>(cr) + 1 < buf_.data() + end_) {
+        const size_t len = size_t(static_cast<const char*>(cr) - b);
+        std::string line(b, len);
+        begin_ += len + 2;
+        return line;
+      }
+      fill();
+    }
+  }
+  asio::io_context io_;
+  tcp::socket socket_;
+  std::string out_;
+  std::vector<char> buf_ = std::vector<char>(size_t{1} << 20);
+  size_t begin_ = 0, end_ = 0;
+};
+
+uint16_t free_port() {
+  asio::io_context io;
+  tcp::acceptor a(io, {asio::ip::make_address("127.0.0.1"), 0});
+  return a.local_endpoint().port();
+}
+
+struct redis_process {
+  pid_t pid = -1;
+  uint16_t port = 0;
+  ~redis_process() {
+    if (pid > 0) {
+      ::kill(pid, SIGTERM);
+      ::waitpid(pid, nullptr, 0);
+    }
+  }
+};
+
+// Starts redis-server; returns false (and says why) if it is not installed.
+bool start_redis(redis_process& r, const std::filesystem::path& dir) {
+  if (::access("/usr/bin/redis-server", X_OK) != 0) {
+    std::cerr << "strata bench serve: redis-server not found (deploy/install-deps.sh --bench "
+                 "installs it): Redis rows skipped\n";
+    return false;
+  }
+  r.port = free_port();
+  const std::string port = std::to_string(r.port);
+  r.pid = ::fork();
+  if (r.pid == 0) {
+    std::freopen("/dev/null", "w", stdout);
+    ::execl("/usr/bin/redis-server", "redis-server", "--port", port.c_str(), "--bind", "127.0.0.1",
+            "--save", "", "--appendonly", "no", "--dir", dir.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  for (int i = 0; i < 500; ++i) {
+    try {
+      redis_connection probe(r.port);
+      return true;
+    } catch (const std::exception&) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+  throw std::runtime_error("redis-server on port " + port + " did not start");
+}
+
+}  // namespace
+
+void run_serve_bench(const serve_bench_options& o, bench_report& report) {
+  const uint64_t rows = o.small ? 20000 : o.keys;
+  const double seconds = o.small ? 0.1 : o.seconds_per_case;
+  std::vector<uint32_t> batch_sizes = o.batches;
+  if (o.small) batch_sizes = {1, 32, 1024};
+  std::vector<uint64_t> keys(rows);
+  std::vector<float> weights(rows * dim);
+  for (uint64_t i = 0; i < rows; ++i) {
+    keys[i] = key_of(i);
+    for (uint32_t d = 0; d < dim; ++d) weights[i * dim + d] = float(i % 1000) * 0.001f + float(d);
+  }
+  const std::vector<uint64_t> versions(rows, make_version(1, 1));
+
+  // The serving node: rows written through the update path, cache sized to
+  // hold them all (the steady state of a warm serving node).
+  serving::serving_store_config sc;
+  sc.table = "bench";
+  sc.dim = dim;
+  sc.partitions = 4096;
+  sc.lmdb_path = o.work_dir / "serve-lmdb";
+  sc.dram_bytes = size_t{256} << 20;
+  const row_layout layout{dim, optimizer_kind::sgd, false};
+  const uint32_t sets = uint32_t(std::max<uint64_t>(64, rows * 2 / 32));
+  auto store = serving::serving_store::open(
+      sc, std::make_unique<cpu_cache>(layout, cache_geometry{sets, 1}));
+  if (!store) throw std::runtime_error(store.err().to_string());
+  if (auto ok = (*store)->apply_updates(keys, weights, versions); !ok)
+    throw std::runtime_error(ok.err().to_string());
+  if (auto ok = (*store)->prefetch(keys); !ok) throw std::runtime_error(ok.err().to_string());
+  serving::serving_service service({1u << 20});
+  service.add_table(std::move(*store));
+  serving::binary_server server(service);
+  if (auto ok = server.start("127.0.0.1", 0); !ok) throw std::runtime_error(ok.err().to_string());
+  auto client = client::serving_client::connect({{{"127.0.0.1", server.port()}}});
+  if (!client) throw std::runtime_error(client.err().to_string());
+
+  // The in-process DRAM tier with the same rows.
+  dram_tier_config dc;
+  dc.capacity_bytes = dram_tier::budget_for_rows(layout, eviction_policy::lru, rows);
+  dram_tier dram(layout, dc);
+  {
+    row_buffer b(layout), spilled(layout);
+    for (uint64_t i = 0; i < rows; ++i) {
+      std::byte* r = b.append(keys[i]);
+      meta_of(r) = row_meta{versions[i], 0, 0};
+      std::memcpy(weights_of(r), &weights[i * dim], dim * 4);
+    }
+    if (auto ok = dram.store(b.keys(), b.rows(), false, spilled); !ok)
+      throw std::runtime_error(ok.err().to_string());
+  }
+
+  redis_process redis;
+  std::unique_ptr<redis_connection> rc;
+  if (start_redis(redis, o.work_dir)) {
+    rc = std::make_unique<redis_connection>(redis.port);
+    // Load the rows with pipelined SETs (key: the decimal key; value: 256 raw bytes).
+    std::string sink;
+    size_t n = 0;
+    for (uint64_t i = 0; i < rows; ++i) {
+      const std::string k = std::to_string(keys[i]);
+      rc->append_command(
+          {"SET", k, std::string_view(reinterpret_cast<const char*>(&weights[i * dim]), dim * 4)});
+      if (i % 1000 == 999 || i + 1 == rows) {
+        rc->flush();
+        for (uint64_t j = 0; j <= i % 1000; ++j) rc->read_reply(sink, n);
+      }
+    }
+  }
+
+  // Systems alternate in short rounds, so a burst of load from other
+  // processes on a shared machine hits all of them alike; keys/s is the
+  // median round, latency percentiles pool every request.
+  constexpr int rounds = 5;
+  for (uint32_t batch : batch_sizes) {
+    const std::string b = std::to_string(batch);
+    samples served, in_process, red;
+    uint64_t checksum = 0;
+    client::rows got;
+    std::vector<std::byte> out(size_t{batch} * layout.record_bytes());
+    std::vector<uint32_t> misses;
+    std::vector<std::string> names;
+    std::string values;
+    for (int round = 0; round < rounds; ++round) {
+      measure(rows, batch, seconds / rounds, served, [&](const std::vector<uint64_t>& k) {
+        auto ok = client->lookup_into("bench", k, got);
+        if (!ok) throw std::runtime_error(ok.err().to_string());
+        checksum += got.versions.size();
+      });
+      measure(rows, batch, seconds / rounds, in_process, [&](const std::vector<uint64_t>& k) {
+        misses.clear();
+        (void)dram.lookup(k, rows_span{out.data(), layout.record_bytes()}, misses);
+      });
+      if (!rc) continue;
+      measure(rows, batch, seconds / rounds, red, [&](const std::vector<uint64_t>& k) {
+        names.resize(k.size());
+        std::vector<std::string_view> args{"MGET"};
+        for (size_t i = 0; i < k.size(); ++i) {
+          names[i] = std::to_string(k[i]);
+          args.push_back(names[i]);
+        }
+        rc->append_command(args);
+        rc->flush();
+        values.clear();
+        size_t count = 0;
+        rc->read_reply(values, count);
+        if (count != k.size()) throw std::runtime_error("redis: MGET returned too few values");
+      });
+    }
+    if (checksum == 0) throw std::runtime_error("serving returned no rows");
+    const double p50 = served.percentile(0.5), p99 = served.percentile(0.99);
+    report.add(
+        {"serve_keys_per_s_b" + b, served.keys_per_s(), "keys/s", "redis_mget", red.keys_per_s()});
+    report.add({"serve_keys_per_s_b" + b, served.keys_per_s(), "keys/s", "dram_in_process",
+                in_process.keys_per_s()});
+    report.add({"serve_p50_us_b" + b, p50, "us", "redis_mget", red.percentile(0.5)});
+    report.add({"serve_p99_us_b" + b, p99, "us", "redis_mget", red.percentile(0.99)});
+    report.add({"serve_p99_over_p50_b" + b, p99 / p50, "x", "target_max", 3.0});
+  }
+  server.stop();
+}
+
+}  // namespace strata::bench

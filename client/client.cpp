@@ -1,0 +1,108 @@
+#include "client/client.hpp"
+
+namespace strata::client {
+
+expected<serving_client> serving_client::connect(client_options options) {
+  if (options.replicas.empty())
+    return error(errc::invalid_argument, "serving client: no replicas given");
+  serving_client c(std::move(options));
+  // Connect eagerly to the first replica that answers, so a bad address
+  // list fails here rather than at the first lookup.
+  for (size_t i = 0; i < c.options_.replicas.size(); ++i) {
+    auto s = wire::frame_socket::connect(c.options_.replicas[i], c.options_.timeout);
+    if (s) {
+      c.socket_ = std::move(*s);
+      c.connected_ = true;
+      c.current_ = i;
+      return c;
+    }
+  }
+  return error(errc::unavailable, "serving client: no replica answers (first: " +
+                                      c.options_.replicas.front().to_string() + ")");
+}
+
+std::string serving_client::current_replica() const {
+  return options_.replicas[current_].to_string();
+}
+
+status serving_client::request(wire::frame_type type, std::span<const std::byte> payload) {
+  std::string last_error;
+  const size_t n = options_.replicas.size();
+  for (size_t attempt = 0; attempt <= n; ++attempt) {
+    if (!connected_) {
+      auto s = wire::frame_socket::connect(options_.replicas[current_], options_.timeout);
+      if (s) {
+        socket_ = std::move(*s);
+        connected_ = true;
+      } else {
+        last_error = s.err().message();
+      }
+    }
+    if (connected_) {
+      const uint64_t id = next_request_++;
+      auto sent = socket_.send(type, id, payload);
+      if (sent) {
+        auto received = socket_.receive_into(reply_);
+        if (received && reply_.header.request == id) {
+          if (reply_.header.type != wire::frame_type::error) return {};
+          auto e = wire::decode_error(reply_.payload);
+          if (!e) return e.err();
+          return error(static_cast<errc>(e->code), current_replica() + ": " + e->message);
+        }
+        last_error =
+            received ? current_replica() + ": reply to another request" : received.err().message();
+      } else {
+        last_error = sent.err().message();
+      }
+      socket_ = wire::frame_socket();
+      connected_ = false;
+    }
+    // Fail over to the next replica.
+    current_ = (current_ + 1) % n;
+    ++failovers_;
+  }
+  return error(errc::unavailable, "serving client: every replica failed; last: " + last_error);
+}
+
+expected<rows> serving_client::lookup(const std::string& table, std::span<const uint64_t> keys) {
+  rows out;
+  auto ok = lookup_into(table, keys, out);
+  if (!ok) return ok.err();
+  return out;
+}
+
+status serving_client::lookup_into(const std::string& table, std::span<const uint64_t> keys,
+                                   rows& out) {
+  payload_.clear();
+  wire::writer w(payload_);
+  w.text16(table);
+  w.u32(static_cast<uint32_t>(keys.size()));
+  w.raw(keys.data(), keys.size_bytes());
+  STRATA_TRY(request(wire::frame_type::lookup, payload_));
+  if (reply_.header.type != wire::frame_type::rows)
+    return error(errc::corrupt_data, current_replica() + ": lookup answered with frame type " +
+                                         std::to_string(int(reply_.header.type)));
+  decoded_.versions.swap(out.versions);
+  decoded_.weights.swap(out.weights);
+  auto ok = wire::decode_rows_into(reply_.payload, decoded_);
+  decoded_.versions.swap(out.versions);
+  decoded_.weights.swap(out.weights);
+  if (!ok) return ok;
+  out.dim = decoded_.dim;
+  if (out.versions.size() != keys.size())
+    return error(errc::corrupt_data, current_replica() + ": " +
+                                         std::to_string(out.versions.size()) + " rows for " +
+                                         std::to_string(keys.size()) + " keys");
+  return {};
+}
+
+status serving_client::prefetch(const std::string& table, std::span<const uint64_t> keys) {
+  std::vector<std::byte> payload;
+  wire::encode(payload, wire::key_request{table, {keys.begin(), keys.end()}});
+  STRATA_TRY(request(wire::frame_type::prefetch, payload));
+  if (reply_.header.type != wire::frame_type::ack)
+    return error(errc::corrupt_data, current_replica() + ": prefetch not acknowledged");
+  return {};
+}
+
+}  // namespace strata::client

@@ -1,0 +1,71 @@
+// The C++ client of strata serving: lookups and prefetches over the binary
+// protocol (client/wire.hpp), with failover across serving replicas.
+//
+//   auto c = strata::client::serving_client::connect({{"10.0.0.5", 7100}, {"10.0.0.6", 7100}});
+//   auto rows = c->lookup("ads", keys);   // rows->weights: keys.size() x rows->dim
+//
+// A request goes to the current replica; if the connection fails (refused,
+// reset, timed out) the client moves to the next replica and retries the
+// request there, up to one full round over the replicas. Lookups are
+// idempotent, so a retry is safe. Errors from the server (unknown table, a
+// request over its limits) are returned, not retried.
+//
+// Not thread-safe: one serving_client per thread (connections are cheap).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "client/frame_socket.hpp"
+#include "common/error.hpp"
+
+namespace strata::client {
+
+struct client_options {
+  std::vector<wire::endpoint> replicas;
+  std::chrono::milliseconds timeout{5000};  // per request, on one replica
+};
+
+struct rows {
+  uint32_t dim = 0;
+  std::vector<float> weights;      // n x dim, in key order
+  std::vector<uint64_t> versions;  // 0: the table's default vector
+};
+
+class serving_client {
+ public:
+  static expected<serving_client> connect(client_options options);
+  // The replicas listed in a manifest's serving.replicas (or its own
+  // serving.binary_port on 127.0.0.1). Errors name the manifest.
+  static expected<serving_client> connect_manifest(const std::filesystem::path& manifest);
+
+  expected<rows> lookup(const std::string& table, std::span<const uint64_t> keys);
+  // The same into `out`, reusing its buffers (hot loops, the benchmark).
+  status lookup_into(const std::string& table, std::span<const uint64_t> keys, rows& out);
+  // Asks the serving node to bring keys into its cache; no rows back.
+  status prefetch(const std::string& table, std::span<const uint64_t> keys);
+
+  // The replica requests go to now ("host:port").
+  std::string current_replica() const;
+  uint64_t failovers() const { return failovers_; }
+
+ private:
+  explicit serving_client(client_options options) : options_(std::move(options)) {}
+  // Sends a request and leaves the reply in reply_ (failing over on a broken connection).
+  status request(wire::frame_type type, std::span<const std::byte> payload);
+  client_options options_;
+  size_t current_ = 0;
+  wire::frame_socket socket_;
+  bool connected_ = false;
+  uint64_t next_request_ = 1;
+  uint64_t failovers_ = 0;
+  wire::frame reply_;
+  std::vector<std::byte> payload_;
+  wire::rows_reply decoded_;
+};
+
+}  // namespace strata::client

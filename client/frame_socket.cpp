@@ -1,0 +1,148 @@
+#include "client/frame_socket.hpp"
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+
+#include <boost/asio.hpp>
+#include <cstring>
+
+#include "common/crc32c.hpp"
+
+namespace strata::wire {
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+
+struct frame_socket::impl {
+  asio::io_context io;
+  tcp::socket socket{io};
+  std::string peer;
+};
+
+frame_socket::frame_socket() : impl_(std::make_unique<impl>()) {}
+frame_socket::~frame_socket() {
+  if (!impl_) return;
+  boost::system::error_code ec;
+  impl_->socket.close(ec);
+}
+frame_socket::frame_socket(frame_socket&&) noexcept = default;
+frame_socket& frame_socket::operator=(frame_socket&&) noexcept = default;
+
+expected<endpoint> parse_endpoint(const std::string& text) {
+  const auto colon = text.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == text.size())
+    return error(errc::invalid_argument, "\"" + text + "\": expected host:port");
+  endpoint out;
+  out.host = text.substr(0, colon);
+  try {
+    const unsigned long port = std::stoul(text.substr(colon + 1));
+    if (port == 0 || port > 65535) throw std::out_of_range("port");
+    out.port = static_cast<uint16_t>(port);
+  } catch (const std::exception&) {
+    return error(errc::invalid_argument, "\"" + text + "\": the port must be 1..65535");
+  }
+  return out;
+}
+
+namespace {
+void set_timeout(int fd, std::chrono::milliseconds timeout) {
+  timeval tv{};
+  tv.tv_sec = static_cast<time_t>(timeout.count() / 1000);
+  tv.tv_usec = static_cast<suseconds_t>((timeout.count() % 1000) * 1000);
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+}
+}  // namespace
+
+expected<frame_socket> frame_socket::connect(const endpoint& peer,
+                                             std::chrono::milliseconds timeout) {
+  frame_socket s;
+  s.impl_->peer = peer.to_string();
+  boost::system::error_code ec;
+  tcp::resolver resolver(s.impl_->io);
+  auto results = resolver.resolve(peer.host, std::to_string(peer.port), ec);
+  if (!ec) asio::connect(s.impl_->socket, results, ec);
+  if (ec) return error(errc::unavailable, s.impl_->peer + ": " + ec.message());
+  s.impl_->socket.set_option(tcp::no_delay(true), ec);
+  if (timeout.count() > 0) set_timeout(s.impl_->socket.native_handle(), timeout);
+  return s;
+}
+
+frame_socket frame_socket::adopt(int fd, std::string peer_name) {
+  frame_socket s;
+  s.impl_->peer = std::move(peer_name);
+  boost::system::error_code ec;
+  s.impl_->socket.assign(tcp::v4(), fd, ec);
+  s.impl_->socket.set_option(tcp::no_delay(true), ec);
+  return s;
+}
+
+bool frame_socket::is_open() const { return impl_ && impl_->socket.is_open(); }
+const std::string& frame_socket::peer() const { return impl_->peer; }
+
+status frame_socket::send_raw(std::span<const std::byte> frames) {
+  boost::system::error_code ec;
+  asio::write(impl_->socket, asio::buffer(frames.data(), frames.size()), ec);
+  if (ec) return error(errc::unavailable, impl_->peer + ": send failed: " + ec.message());
+  return {};
+}
+
+status frame_socket::send(frame_type type, uint64_t request, std::span<const std::byte> payload) {
+  return send_parts(type, request, {payload});
+}
+
+status frame_socket::send_parts(frame_type type, uint64_t request,
+                                std::initializer_list<std::span<const std::byte>> parts) {
+  // Header and payload parts in one gathered write: no copy of the payload.
+  std::vector<std::byte> header;
+  header.reserve(header_bytes);
+  append_frame(header, type, request, {});
+  uint32_t length = 0, crc = 0;
+  std::vector<asio::const_buffer> buffers{asio::buffer(header.data(), header.size())};
+  for (auto part : parts) {
+    length += static_cast<uint32_t>(part.size());
+    crc = crc32c_extend(crc, part.data(), part.size());
+    buffers.push_back(asio::buffer(part.data(), part.size()));
+  }
+  std::memcpy(header.data() + 8, &length, 4);
+  std::memcpy(header.data() + 12, &crc, 4);
+  boost::system::error_code ec;
+  asio::write(impl_->socket, buffers, ec);
+  if (ec) return error(errc::unavailable, impl_->peer + ": send failed: " + ec.message());
+  return {};
+}
+
+expected<frame> frame_socket::receive(uint32_t max_payload) {
+  frame out;
+  auto ok = receive_into(out, max_payload);
+  if (!ok) return ok.err();
+  return out;
+}
+
+status frame_socket::receive_into(frame& out, uint32_t max_payload) {
+  std::array<std::byte, header_bytes> head;
+  boost::system::error_code ec;
+  asio::read(impl_->socket, asio::buffer(head.data(), head.size()), ec);
+  if (ec) return error(errc::unavailable, impl_->peer + ": receive failed: " + ec.message());
+  auto header = parse_header(std::span<const std::byte, header_bytes>(head), max_payload);
+  if (!header) return error(header.err().code(), impl_->peer + ": " + header.err().message());
+  out.header = *header;
+  out.payload.resize(header->length);
+  if (header->length) {
+    asio::read(impl_->socket, asio::buffer(out.payload.data(), out.payload.size()), ec);
+    if (ec) return error(errc::unavailable, impl_->peer + ": receive failed: " + ec.message());
+  }
+  auto ok = check_payload(out.header, out.payload);
+  if (!ok) return error(ok.err().code(), impl_->peer + ": " + ok.err().message());
+  return {};
+}
+
+void frame_socket::close() {
+  // Only shutdown here: it is safe while another thread is blocked in a
+  // read on this socket (which then fails); the descriptor is closed by
+  // the destructor.
+  if (impl_->socket.is_open()) ::shutdown(impl_->socket.native_handle(), SHUT_RDWR);
+}
+
+}  // namespace strata::wire

@@ -1,0 +1,102 @@
+// `strata_client`: the Python face of client/client.hpp (docs/serving.md).
+//
+//   import numpy as np, strata_client
+//   c = strata_client.Client(["127.0.0.1:7100", "127.0.0.1:7101"])
+//   rows = c.lookup("ads", np.array([1, 2, 3], dtype=np.uint64))  # (3, dim) float32
+//   rows, versions = c.lookup_with_versions("ads", keys)
+//   c.prefetch("ads", keys)
+//
+// Keys are taken as a contiguous uint64 array without a copy (other
+// integer arrays are converted once). The returned float32 array owns the
+// client's row buffer (moved into it, not copied). Network calls release
+// the GIL. One Client per thread.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <stdexcept>
+
+#include "client/client.hpp"
+
+namespace py = pybind11;
+using strata::client::serving_client;
+
+namespace {
+
+using key_array = py::array_t<uint64_t, py::array::c_style | py::array::forcecast>;
+
+[[noreturn]] void raise(const strata::error& e) {
+  if (e.code() == strata::errc::unavailable) throw std::runtime_error("strata: " + e.message());
+  throw std::invalid_argument("strata: " + e.message());  // ValueError
+}
+
+std::span<const uint64_t> keys_of(const key_array& keys) {
+  if (keys.ndim() != 1) throw std::invalid_argument("strata: keys must be a 1-d array");
+  return {keys.data(), static_cast<size_t>(keys.size())};
+}
+
+// Moves a vector into a numpy array of `shape` (the array owns it).
+template <class T>
+py::array_t<T> to_array(std::vector<T>&& v, std::vector<py::ssize_t> shape) {
+  auto* owned = new std::vector<T>(std::move(v));
+  py::capsule free_it(owned, [](void* p) { delete static_cast<std::vector<T>*>(p); });
+  return py::array_t<T>(shape, owned->data(), free_it);
+}
+
+py::tuple lookup(serving_client& c, const std::string& table, const key_array& keys) {
+  strata::client::rows rows;
+  strata::status ok;
+  {
+    py::gil_scoped_release unlocked;
+    ok = c.lookup_into(table, keys_of(keys), rows);
+  }
+  if (!ok) raise(ok.err());
+  const auto n = static_cast<py::ssize_t>(rows.versions.size());
+  return py::make_tuple(to_array(std::move(rows.weights), {n, py::ssize_t(rows.dim)}),
+                        to_array(std::move(rows.versions), {n}));
+}
+
+}  // namespace
+
+PYBIND11_MODULE(strata_client, m) {
+  m.doc() = "strata serving client: embedding lookups over the binary protocol, with failover";
+  py::class_<serving_client>(m, "Client")
+      .def(py::init([](const std::vector<std::string>& replicas, double timeout_s) {
+             strata::client::client_options o;
+             for (const auto& r : replicas) {
+               auto e = strata::wire::parse_endpoint(r);
+               if (!e) raise(e.err());
+               o.replicas.push_back(*e);
+             }
+             o.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+             auto c = serving_client::connect(std::move(o));
+             if (!c) raise(c.err());
+             return std::move(*c);
+           }),
+           py::arg("replicas"), py::arg("timeout_s") = 5.0,
+           "Connect to the first answering replica of [\"host:port\", ...]")
+      .def(
+          "lookup",
+          [](serving_client& c, const std::string& table, const key_array& keys) -> py::object {
+            py::tuple both = lookup(c, table, keys);
+            return both[0];
+          },
+          py::arg("table"), py::arg("keys"),
+          "Rows of the keys as a (len(keys), dim) float32 array; unknown keys get the "
+          "table's default vector")
+      .def("lookup_with_versions", &lookup, py::arg("table"), py::arg("keys"),
+           "(rows, versions): versions are uint64, 0 for the default vector")
+      .def(
+          "prefetch",
+          [](serving_client& c, const std::string& table, const key_array& keys) {
+            strata::status ok;
+            {
+              py::gil_scoped_release unlocked;
+              ok = c.prefetch(table, keys_of(keys));
+            }
+            if (!ok) raise(ok.err());
+          },
+          py::arg("table"), py::arg("keys"), "Ask the serving node to bring keys into its cache")
+      .def_property_readonly("replica", &serving_client::current_replica)
+      .def_property_readonly("failovers", &serving_client::failovers);
+}

@@ -1,0 +1,151 @@
+// The binary serving protocol: versioned, checksummed frames over a byte
+// stream (TCP). docs/serving.md is the long form.
+//
+// Every frame is a 24-byte header followed by `length` payload bytes:
+//
+//   off size field
+//   0   4    magic   "STRV" (0x56525453 little-endian)
+//   4   2    version (= wire_version; a peer refuses any other)
+//   6   2    type    (frame_type)
+//   8   4    length  payload bytes (<= max_payload_bytes)
+//   12  4    crc32c  of the payload
+//   16  8    request id (echoed in the reply; 0 for stream frames)
+//
+// All integers little-endian; floats IEEE-754 binary32. Payloads by type:
+//   lookup, prefetch   table (u16 length + bytes), n (u32), n x key (u64)
+//   rows               dim (u32), n (u32), n x version (u64), n x dim x f32
+//   ack                n (u32)
+//   error              code (u16, errc), message (u32 length + bytes)
+//   subscribe          table, stream (u64), after_seq (u64)
+//   updates            table, stream (u64), seq (u64), dim (u32), n (u32),
+//                      n x key (u64), n x version (u64), n x dim x f32
+// A frame with a bad magic, version, type, length or checksum, or a payload
+// that does not parse exactly, is rejected with an error naming the field:
+// nothing in it is trusted.
+//
+// Plain functions and values; thread-compatible.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/error.hpp"
+
+namespace strata::wire {
+
+inline constexpr uint32_t magic = 0x56525453;  // "STRV"
+inline constexpr uint16_t wire_version = 1;
+inline constexpr size_t header_bytes = 24;
+inline constexpr uint32_t max_payload_bytes = 256u << 20;
+
+enum class frame_type : uint16_t {
+  lookup = 1,
+  rows = 2,
+  prefetch = 3,
+  ack = 4,
+  error = 5,
+  subscribe = 6,
+  updates = 7,
+};
+
+struct frame_header {
+  frame_type type = frame_type::error;
+  uint32_t length = 0;
+  uint32_t crc = 0;
+  uint64_t request = 0;
+};
+
+// Appends a whole frame (header + payload) to `out`.
+void append_frame(std::vector<std::byte>& out, frame_type type, uint64_t request,
+                  std::span<const std::byte> payload);
+// Checks magic, version, type and length (not the checksum: that needs the payload).
+expected<frame_header> parse_header(std::span<const std::byte, header_bytes> bytes,
+                                    uint32_t max_payload = max_payload_bytes);
+status check_payload(const frame_header& header, std::span<const std::byte> payload);
+
+// Payload writer and reader (little-endian).
+class writer {
+ public:
+  explicit writer(std::vector<std::byte>& out) : out_(out) {}
+  void u16(uint16_t v) { raw(&v, 2); }
+  void u32(uint32_t v) { raw(&v, 4); }
+  void u64(uint64_t v) { raw(&v, 8); }
+  void text16(const std::string& s);
+  void text32(const std::string& s);
+  void raw(const void* data, size_t size);
+
+ private:
+  std::vector<std::byte>& out_;
+};
+
+class reader {
+ public:
+  reader(std::span<const std::byte> in, const char* what) : in_(in), what_(what) {}
+  bool u16(uint16_t& v) { return raw(&v, 2); }
+  bool u32(uint32_t& v) { return raw(&v, 4); }
+  bool u64(uint64_t& v) { return raw(&v, 8); }
+  bool text16(std::string& s);
+  bool text32(std::string& s);
+  bool raw(void* data, size_t size);
+  // A view of the next `size` bytes (advances).
+  bool view(std::span<const std::byte>& out, size_t size);
+  bool at_end() const { return offset_ == in_.size(); }
+  // "lookup payload: truncated at byte 12 (field keys)"
+  error fail(const char* field) const;
+
+ private:
+  std::span<const std::byte> in_;
+  size_t offset_ = 0;
+  const char* what_;
+};
+
+// --- typed payloads ---------------------------------------------------------
+struct key_request {  // lookup, prefetch
+  std::string table;
+  std::vector<uint64_t> keys;
+};
+struct rows_reply {
+  uint32_t dim = 0;
+  std::vector<uint64_t> versions;
+  std::vector<float> weights;  // n x dim
+};
+struct error_reply {
+  uint16_t code = 0;
+  std::string message;
+};
+struct subscribe_request {
+  std::string table;
+  uint64_t stream = 0;     // the publisher's stream id the subscriber saw last (0: none)
+  uint64_t after_seq = 0;  // resend updates after this sequence number
+};
+struct update_batch {
+  std::string table;
+  uint64_t stream = 0;
+  uint64_t seq = 0;
+  uint32_t dim = 0;
+  std::vector<uint64_t> keys;
+  std::vector<uint64_t> versions;
+  std::vector<float> weights;  // n x dim
+};
+
+void encode(std::vector<std::byte>& out, const key_request& r);
+void encode(std::vector<std::byte>& out, const rows_reply& r);
+void encode(std::vector<std::byte>& out, const error_reply& r);
+void encode(std::vector<std::byte>& out, const subscribe_request& r);
+void encode(std::vector<std::byte>& out, const update_batch& r);
+// Reply payload: only the header fields; the rows follow from arrays given.
+void encode_rows(std::vector<std::byte>& out, uint32_t dim, std::span<const uint64_t> versions,
+                 std::span<const float> weights);
+
+expected<key_request> decode_key_request(std::span<const std::byte> payload);
+expected<rows_reply> decode_rows(std::span<const std::byte> payload);
+// The same into `out`, reusing its vectors' capacity.
+status decode_rows_into(std::span<const std::byte> payload, rows_reply& out);
+expected<error_reply> decode_error(std::span<const std::byte> payload);
+expected<subscribe_request> decode_subscribe(std::span<const std::byte> payload);
+expected<update_batch> decode_updates(std::span<const std::byte> payload);
+
+}  // namespace strata::wire

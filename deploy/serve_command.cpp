@@ -1,0 +1,144 @@
+// `strata serve MANIFEST`: a serving node (docs/serving.md). Loads the
+// manifest's checkpoint into the serving tiers (cache -> DRAM -> LMDB),
+// answers lookups over the binary protocol and HTTP, follows an update
+// publisher if serving.subscribe names one, and stops on SIGINT/SIGTERM.
+#include <signal.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include "actors/checkpoint.hpp"
+#include "deploy/commands.hpp"
+#include "deploy/manifest.hpp"
+#include "serving/binary_server.hpp"
+#include "serving/http_server.hpp"
+#include "serving/service.hpp"
+#include "serving/update_stream.hpp"
+#include "tiers/cpu_cache.hpp"
+
+namespace strata::cli {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// A checkpoint directory itself, or the latest complete one under a root.
+expected<fs::path> resolve_checkpoint(const fs::path& dir, const std::string& manifest) {
+  if (dir.empty())
+    return error(errc::invalid_argument,
+                 manifest + ": serving.checkpoint (or checkpoint.dir) is needed to serve");
+  if (fs::exists(dir / actors::checkpoint_meta_name)) return dir;
+  auto latest = actors::latest_checkpoint(dir);
+  if (!latest)
+    return error(errc::not_found, dir.string() + ": no complete checkpoint to serve (" + manifest +
+                                      ": serving.checkpoint)");
+  return *latest;
+}
+
+int serve(const std::string& path, const std::string& port_file) {
+  auto fail = [&](const std::string& what) {
+    std::cerr << "strata serve: " << what << '\n';
+    return 1;
+  };
+  // Signals are waited for below; block them before any server thread starts.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+
+  auto m = deploy::load_manifest(path);
+  if (!m) return fail(m.err().message());
+  const deploy::serving_settings& s = m->serving;
+  if (!s.present) return fail(path + ": no serving section");
+  if (s.cache_backend != "cpu")
+    return fail(path + ": serving.cache_backend: '" + s.cache_backend +
+                "' is not available to strata serve in this build (use cpu)");
+  auto checkpoint = resolve_checkpoint(
+      s.checkpoint.empty() ? m->cluster.checkpoint.directory : s.checkpoint, path);
+  if (!checkpoint) return fail(checkpoint.err().message());
+
+  const auto& table = m->cluster.table;
+  serving::serving_store_config sc;
+  sc.table = table.name;
+  sc.dim = table.layout.dim;
+  sc.lmdb_path = s.lmdb_path;
+  sc.partitions = m->cluster.partitions;
+  sc.dram_bytes = s.dram_bytes;
+  sc.default_value = s.default_value;
+  sc.async_insert_hit_rate = s.async_insert_hit_rate;
+  sc.hit_rate_window = s.hit_rate_window;
+  sc.warmup_keys = s.warmup_keys;
+  const row_layout layout{sc.dim, optimizer_kind::sgd, false};
+  auto store = serving::serving_store::open(
+      sc, std::make_unique<cpu_cache>(layout, cache_geometry{s.cache_sets, s.cache_slabs_per_set}));
+  if (!store) return fail(store.err().message());
+  if (auto ok = (*store)->load_checkpoint(*checkpoint); !ok) return fail(ok.err().message());
+  const auto loaded = (*store)->stats();
+
+  serving::serving_service service({s.max_request_keys});
+  service.add_table(std::move(*store));
+  serving::binary_server binary(service);
+  if (auto ok = binary.start(s.bind_address, s.binary_port); !ok) return fail(ok.err().message());
+  std::unique_ptr<serving::http_server> http;
+  if (s.http_port != 0) {
+    http = std::make_unique<serving::http_server>(service, s.max_http_body_bytes);
+    if (auto ok = http->start(s.bind_address, s.http_port); !ok) return fail(ok.err().message());
+  }
+  std::unique_ptr<serving::update_subscriber> subscriber;
+  if (s.subscribe) {
+    serving::subscriber_config uc;
+    uc.publisher = {s.subscribe->host, s.subscribe->port};
+    uc.table = table.name;
+    subscriber = std::make_unique<serving::update_subscriber>(uc, service);
+    subscriber->start();
+  }
+  std::printf("strata serve: table '%s' dim %u from %s: %llu rows (%llu warmed); binary %s:%u",
+              table.name.c_str(), sc.dim, checkpoint->string().c_str(),
+              static_cast<unsigned long long>(loaded.loaded_rows),
+              static_cast<unsigned long long>(loaded.warmed_rows), s.bind_address.c_str(),
+              binary.port());
+  if (http) std::printf("; http %s:%u", s.bind_address.c_str(), http->port());
+  if (s.subscribe)
+    std::printf("; updates from %s:%u", s.subscribe->host.c_str(), s.subscribe->port);
+  std::printf("\n");
+  std::fflush(stdout);
+  if (!port_file.empty()) {
+    // Written whole, then renamed: a reader never sees half of it.
+    const fs::path tmp = port_file + ".tmp";
+    {
+      std::ofstream out(tmp);
+      out << "binary=" << binary.port() << "\nhttp=" << (http ? http->port() : 0) << "\n";
+      if (!out) return fail("cannot write " + tmp.string());
+    }
+    std::error_code ec;
+    fs::rename(tmp, port_file, ec);
+    if (ec) return fail("cannot write " + port_file + ": " + ec.message());
+  }
+  int sig = 0;
+  while (sigwait(&set, &sig) != 0) {
+  }
+  std::fprintf(stderr, "strata serve: signal %d: stopping\n", sig);
+  if (subscriber) subscriber->stop();
+  if (http) http->stop();
+  binary.stop();
+  return 0;
+}
+
+}  // namespace
+
+void add_serve_command(CLI::App& app, int& exit_code) {
+  auto path = std::make_shared<std::string>();
+  auto port_file = std::make_shared<std::string>();
+  auto* cmd = app.add_subcommand(
+      "serve", "serve a checkpoint's embeddings (binary protocol, HTTP/JSON) with online updates");
+  cmd->add_option("manifest", *path, "the manifest with a serving section")->required();
+  cmd->add_option(
+      "--port-file", *port_file,
+      "write the bound ports (binary=P, http=P) here once serving (for scripts, tests)");
+  cmd->callback([path, port_file, &exit_code] { exit_code = serve(*path, *port_file); });
+}
+
+}  // namespace strata::cli

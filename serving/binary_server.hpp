@@ -1,0 +1,35 @@
+// The binary lookup server of a serving node: frames (client/wire.hpp) over
+// TCP, one thread per connection. Answers lookup with rows, prefetch with
+// ack, updates (a publisher pushing directly) with ack, anything else and
+// every failure with an error frame naming the problem; a frame that fails
+// its header or checksum check closes the connection (the stream cannot be
+// resynchronized).
+//
+// start() binds (port 0: a free port, see port()) and accepts on its own
+// thread; stop() closes the listener and every connection and joins the
+// threads. Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "common/error.hpp"
+#include "serving/service.hpp"
+
+namespace strata::serving {
+
+class binary_server {
+ public:
+  explicit binary_server(serving_service& service);
+  ~binary_server();
+  status start(const std::string& bind_address, uint16_t port);
+  uint16_t port() const;
+  void stop();
+
+ private:
+  struct impl;
+  std::unique_ptr<impl> impl_;
+};
+
+}  // namespace strata::serving

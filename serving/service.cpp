@@ -1,0 +1,74 @@
+#include "serving/service.hpp"
+
+namespace strata::serving {
+
+void serving_service::add_table(std::unique_ptr<serving_store> store) {
+  std::lock_guard lock(mutex_);
+  const std::string name = store->table();
+  tables_[name] = std::move(store);
+}
+
+expected<serving_store*> serving_service::find(const std::string& table) {
+  auto it = tables_.find(table);
+  if (it == tables_.end()) {
+    std::string names;
+    for (const auto& [name, store] : tables_) names += (names.empty() ? "" : ", ") + name;
+    return error(errc::not_found, "unknown table '" + table + "' (served: " + names + ")");
+  }
+  return it->second.get();
+}
+
+status serving_service::lookup(const std::string& table, std::span<const uint64_t> keys,
+                               lookup_result& out) {
+  if (keys.size() > limits_.max_request_keys)
+    return error(errc::capacity_exceeded, "lookup of " + std::to_string(keys.size()) +
+                                              " keys exceeds max_request_keys " +
+                                              std::to_string(limits_.max_request_keys));
+  std::lock_guard lock(mutex_);
+  auto store = find(table);
+  if (!store) return store.err();
+  return (*store)->lookup(keys, out);
+}
+
+status serving_service::prefetch(const std::string& table, std::span<const uint64_t> keys) {
+  if (keys.size() > limits_.max_request_keys)
+    return error(errc::capacity_exceeded, "prefetch of " + std::to_string(keys.size()) +
+                                              " keys exceeds max_request_keys " +
+                                              std::to_string(limits_.max_request_keys));
+  std::lock_guard lock(mutex_);
+  auto store = find(table);
+  if (!store) return store.err();
+  return (*store)->prefetch(keys);
+}
+
+void serving_service::finish_request() {
+  std::lock_guard lock(mutex_);
+  for (auto& [name, store] : tables_)
+    if (store->has_pending())
+      (void)store->insert_pending();  // a failed insert is only a miss later
+}
+
+status serving_service::apply_updates(const std::string& table, std::span<const uint64_t> keys,
+                                      std::span<const float> weights,
+                                      std::span<const uint64_t> versions) {
+  std::lock_guard lock(mutex_);
+  auto store = find(table);
+  if (!store) return store.err();
+  return (*store)->apply_updates(keys, weights, versions);
+}
+
+expected<uint32_t> serving_service::dim_of(const std::string& table) {
+  std::lock_guard lock(mutex_);
+  auto store = find(table);
+  if (!store) return store.err();
+  return (*store)->dim();
+}
+
+std::map<std::string, serving_stats> serving_service::stats() {
+  std::lock_guard lock(mutex_);
+  std::map<std::string, serving_stats> out;
+  for (auto& [name, store] : tables_) out[name] = store->stats();
+  return out;
+}
+
+}  // namespace strata::serving

@@ -1,0 +1,389 @@
+#include "serving/serving_store.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <optional>
+#include <queue>
+#include <unordered_map>
+
+#include "actors/checkpoint.hpp"
+#include "common/file_manifest.hpp"
+
+namespace strata::serving {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// The CPU backend completes at once; a device backend calls back later, so
+// wait for the completion either way.
+status run_cache_call(const std::function<void(cache_completion)>& call) {
+  std::optional<status> result;
+  call([&](status s) { result = std::move(s); });
+  STRATA_ASSERT(result.has_value(), "the cache backend must complete host calls synchronously");
+  return *result;
+}
+
+}  // namespace
+
+struct serving_store::impl {
+  serving_store_config config;
+  row_layout layout;
+  std::unique_ptr<cache_backend> cache;
+  std::unique_ptr<dram_tier> dram;
+  std::unique_ptr<lmdb_tier> lmdb;
+  serving_stats stats;
+  // Hit rate over the last window: the previous full window and the current one.
+  uint64_t window_hits = 0, window_keys = 0;
+  double last_rate = 0.0;
+  // Rows queued for an asynchronous cache insert.
+  row_buffer pending;
+  // Scratch buffers reused across calls.
+  std::vector<std::byte> records;
+  std::vector<uint32_t> misses;
+
+  size_t record_bytes() const { return layout.record_bytes(); }
+
+  double hit_rate() const {
+    if (window_keys == 0) return last_rate;
+    const double current = double(window_hits) / double(window_keys);
+    // Blend the finished window with the current one by its fill.
+    const double fill = double(window_keys) / double(config.hit_rate_window);
+    return fill * current + (1 - fill) * last_rate;
+  }
+  void count(uint64_t hits, uint64_t keys) {
+    window_hits += hits;
+    window_keys += keys;
+    if (window_keys >= config.hit_rate_window) {
+      last_rate = double(window_hits) / double(window_keys);
+      window_hits = window_keys = 0;
+    }
+  }
+
+  void default_row(std::byte* record) const {
+    meta_of(record) = row_meta{};
+    std::fill_n(weights_of(record), layout.dim, config.default_value);
+  }
+
+  status cache_insert(std::span<const uint64_t> keys, const std::byte* rows) {
+    if (keys.empty()) return {};
+    std::vector<uint64_t> evicted_keys(keys.size());
+    std::vector<std::byte> evicted_rows(keys.size() * record_bytes());
+    cache_counts counts;
+    return run_cache_call([&](cache_completion done) {
+      cache->insert(host_span(keys),
+                    host_span(std::span<const std::byte>(rows, keys.size() * record_bytes())),
+                    false, host_span(std::span<uint64_t>(evicted_keys)),
+                    host_span(std::span<std::byte>(evicted_rows)), counts, std::move(done));
+    });
+  }
+
+  // Fills records[i] for every key; returns rows fetched below the cache
+  // (not defaults) in `fetched`.
+  status fetch(std::span<const uint64_t> keys, std::byte* out, row_buffer& fetched,
+               uint64_t& cache_hits) {
+    const size_t n = keys.size();
+    const size_t rb = record_bytes();
+    misses.resize(n);
+    cache_counts counts;
+    STRATA_TRY(run_cache_call([&](cache_completion done) {
+      cache->query(host_span(keys), host_span(std::span<std::byte>(out, n * rb)),
+                   host_span(std::span<uint32_t>(misses)), counts, std::move(done));
+    }));
+    cache_hits = counts.hits;
+    misses.resize(counts.misses);
+    if (misses.empty()) return {};
+    // DRAM, then LMDB, for the cache's misses.
+    std::vector<uint64_t> miss_keys(misses.size());
+    for (size_t j = 0; j < misses.size(); ++j) miss_keys[j] = keys[misses[j]];
+    std::vector<std::byte> found(miss_keys.size() * rb);
+    std::vector<uint32_t> dram_misses;
+    STRATA_TRY(dram->lookup(miss_keys, rows_span{found.data(), rb}, dram_misses));
+    stats.dram_hits += miss_keys.size() - dram_misses.size();
+    std::vector<uint8_t> is_default(miss_keys.size(), 0);
+    if (!dram_misses.empty()) {
+      std::vector<uint64_t> lower_keys(dram_misses.size());
+      for (size_t j = 0; j < dram_misses.size(); ++j) lower_keys[j] = miss_keys[dram_misses[j]];
+      std::vector<std::byte> lower(lower_keys.size() * rb);
+      std::vector<uint32_t> lmdb_misses;
+      STRATA_TRY(lmdb->lookup(lower_keys, rows_span{lower.data(), rb}, lmdb_misses));
+      stats.lmdb_hits += lower_keys.size() - lmdb_misses.size();
+      stats.defaults += lmdb_misses.size();
+      size_t next_miss = 0;
+      row_buffer promote(layout);
+      for (size_t j = 0; j < lower_keys.size(); ++j) {
+        std::byte* dst = found.data() + dram_misses[j] * rb;
+        if (next_miss < lmdb_misses.size() && lmdb_misses[next_miss] == j) {
+          ++next_miss;
+          default_row(dst);
+          is_default[dram_misses[j]] = 1;
+        } else {
+          std::memcpy(dst, lower.data() + j * rb, rb);
+          promote.append(lower_keys[j], dst);
+        }
+      }
+      if (!promote.empty()) {
+        row_buffer spilled(layout);  // clean rows: a spill is dropped
+        STRATA_TRY(dram->store(promote.keys(), promote.rows(), false, spilled));
+      }
+    }
+    for (size_t j = 0; j < miss_keys.size(); ++j) {
+      std::byte* dst = out + size_t{misses[j]} * rb;
+      std::memcpy(dst, found.data() + j * rb, rb);
+      if (!is_default[j]) fetched.append(miss_keys[j], dst);
+    }
+    return {};
+  }
+};
+
+serving_store::serving_store(std::unique_ptr<impl> impl) : impl_(std::move(impl)) {}
+serving_store::~serving_store() = default;
+
+expected<std::unique_ptr<serving_store>> serving_store::open(serving_store_config config,
+                                                             std::unique_ptr<cache_backend> cache) {
+  if (config.dim == 0)
+    return error(errc::invalid_argument, "serving table '" + config.table + "': dim must be set");
+  if (config.lmdb_path.empty())
+    return error(errc::invalid_argument, "serving table '" + config.table + "': lmdb path missing");
+  if (config.hit_rate_window == 0) config.hit_rate_window = 1;
+  const row_layout layout{config.dim, optimizer_kind::sgd, false};
+  if (!cache || !(cache->layout().dim == layout.dim && !cache->layout().with_state))
+    return error(errc::invalid_argument, "serving table '" + config.table +
+                                             "': the cache must have the serving layout, dim " +
+                                             std::to_string(config.dim));
+  auto p = std::make_unique<impl>();
+  p->config = config;
+  p->layout = layout;
+  p->cache = std::move(cache);
+  p->pending = row_buffer(layout);
+  // The store's environment is a copy of a checkpoint plus updates: start empty.
+  std::error_code ec;
+  fs::remove_all(config.lmdb_path, ec);
+  if (ec)
+    return error(errc::io_error,
+                 config.lmdb_path.string() + ": cannot clear the serving LMDB: " + ec.message());
+  lmdb_tier_config lc;
+  lc.directory = config.lmdb_path;
+  lc.table = config.table;
+  lc.partitions = config.partitions;
+  lc.map_bytes = size_t{1} << 38;
+  auto lmdb = lmdb_tier::open(layout, lc);
+  if (!lmdb) return lmdb.err();
+  p->lmdb = std::move(*lmdb);
+  dram_tier_config dc;
+  dc.capacity_bytes =
+      std::max(config.dram_bytes, dram_tier::budget_for_rows(layout, eviction_policy::lru, 64));
+  p->dram = std::make_unique<dram_tier>(layout, dc);
+  return std::unique_ptr<serving_store>(new serving_store(std::move(p)));
+}
+
+const std::string& serving_store::table() const { return impl_->config.table; }
+uint32_t serving_store::dim() const { return impl_->layout.dim; }
+const serving_stats& serving_store::stats() const { return impl_->stats; }
+double serving_store::recent_hit_rate() const { return impl_->hit_rate(); }
+bool serving_store::has_pending() const { return !impl_->pending.empty(); }
+
+status serving_store::load_checkpoint(const fs::path& dir) {
+  auto& s = *impl_;
+  auto meta = actors::read_checkpoint_meta(dir);
+  if (!meta) return meta.err();
+  const std::string where = (dir / actors::checkpoint_meta_name).string();
+  if (meta->table != s.config.table)
+    return error(errc::format_mismatch, where + ": table is '" + meta->table +
+                                            "', the serving table is '" + s.config.table + "'");
+  if (meta->dim != s.layout.dim)
+    return error(errc::format_mismatch, where + ": dim is " + std::to_string(meta->dim) +
+                                            ", the serving table's is " +
+                                            std::to_string(s.layout.dim));
+  if (!fs::exists(dir / file_manifest_name))
+    return error(errc::corrupt_data, dir.string() + " has no FILES: an incomplete checkpoint");
+  const row_layout source_layout{meta->dim, meta->optimizer, meta->with_state};
+  // Warm-up candidates: a min-heap of (freq, key) holding the top warmup_keys.
+  using entry = std::pair<uint32_t, uint64_t>;
+  std::priority_queue<entry, std::vector<entry>, std::greater<>> top;
+  const size_t shards = meta->shard_rows.size();
+  row_buffer batch(s.layout);
+  row_buffer spilled(s.layout);
+  auto flush = [&]() -> status {
+    if (batch.empty()) return {};
+    STRATA_TRY(s.lmdb->store(batch.keys(), batch.rows(), false, spilled));
+    s.stats.loaded_rows += batch.size();
+    batch.clear();
+    return {};
+  };
+  for (uint32_t shard = 0; shard < shards; ++shard) {
+    lmdb_tier_config c;
+    c.directory = actors::shard_checkpoint_dir(dir, shard);
+    c.table = meta->table;
+    c.partitions = meta->partitions;
+    c.read_only = true;
+    auto source = lmdb_tier::open(source_layout, c);
+    if (!source) return source.err();
+    status inner;
+    STRATA_TRY((*source)->dump([&](uint64_t key, const std::byte* record) {
+      if (!inner) return;
+      std::byte* dst = batch.append(key);
+      meta_of(dst) = row_meta{meta_of(record).version, meta_of(record).freq, 0};
+      std::memcpy(weights_of(dst), weights_of(record), size_t{4} * s.layout.dim);
+      if (s.config.warmup_keys) {
+        top.emplace(meta_of(record).freq, key);
+        if (top.size() > s.config.warmup_keys) top.pop();
+      }
+      if (batch.size() >= 16384) inner = flush();
+    }));
+    if (!inner) return inner;
+  }
+  STRATA_TRY(flush());
+  STRATA_TRY(s.lmdb->sync());
+  if (!top.empty()) {
+    std::vector<uint64_t> keys;
+    keys.reserve(top.size());
+    while (!top.empty()) {
+      keys.push_back(top.top().second);
+      top.pop();
+    }
+    STRATA_TRY(prefetch(keys));
+    s.stats.warmed_rows = keys.size();
+  }
+  return {};
+}
+
+status serving_store::lookup(std::span<const uint64_t> keys, lookup_result& out) {
+  auto& s = *impl_;
+  const size_t n = keys.size();
+  const size_t rb = s.record_bytes();
+  ++s.stats.lookups;
+  s.stats.keys += n;
+  out.dim = s.layout.dim;
+  out.weights.resize(n * s.layout.dim);
+  out.versions.resize(n);
+  if (n == 0) return {};
+  s.records.resize(n * rb);
+  row_buffer fetched(s.layout);
+  uint64_t hits = 0;
+  STRATA_TRY(s.fetch(keys, s.records.data(), fetched, hits));
+  s.stats.cache_hits += hits;
+  const bool async = s.hit_rate() >= s.config.async_insert_hit_rate;
+  s.count(hits, n);
+  if (!fetched.empty()) {
+    if (async) {
+      for (size_t i = 0; i < fetched.size(); ++i)
+        s.pending.append(fetched.key(i), fetched.record(i));
+      s.stats.async_inserts += fetched.size();
+    } else {
+      STRATA_TRY(s.cache_insert(fetched.keys(), fetched.record(0)));
+      s.stats.sync_inserts += fetched.size();
+    }
+  }
+  for (size_t i = 0; i < n; ++i) {
+    const std::byte* r = s.records.data() + i * rb;
+    out.versions[i] = meta_of(r).version;
+    std::memcpy(out.weights.data() + i * s.layout.dim, weights_of(r), size_t{4} * s.layout.dim);
+  }
+  return {};
+}
+
+status serving_store::prefetch(std::span<const uint64_t> keys) {
+  auto& s = *impl_;
+  if (keys.empty()) return {};
+  s.records.resize(keys.size() * s.record_bytes());
+  row_buffer fetched(s.layout);
+  uint64_t hits = 0;
+  STRATA_TRY(s.fetch(keys, s.records.data(), fetched, hits));
+  if (!fetched.empty()) STRATA_TRY(s.cache_insert(fetched.keys(), fetched.record(0)));
+  return {};
+}
+
+status serving_store::insert_pending() {
+  auto& s = *impl_;
+  if (s.pending.empty()) return {};
+  auto result = s.cache_insert(s.pending.keys(), s.pending.record(0));
+  s.pending.clear();
+  return result;
+}
+
+expected<uint64_t> serving_store::version_of(uint64_t key) {
+  auto& s = *impl_;
+  std::vector<std::byte> record(s.record_bytes());
+  std::vector<uint32_t> misses;
+  const uint64_t keys[] = {key};
+  STRATA_TRY(s.lmdb->lookup(keys, rows_span{record.data(), s.record_bytes()}, misses));
+  return misses.empty() ? meta_of(record.data()).version : uint64_t{0};
+}
+
+status serving_store::apply_updates(std::span<const uint64_t> keys, std::span<const float> weights,
+                                    std::span<const uint64_t> versions) {
+  auto& s = *impl_;
+  const uint32_t dim = s.layout.dim;
+  const size_t rb = s.record_bytes();
+  if (weights.size() != keys.size() * dim || versions.size() != keys.size())
+    return error(errc::invalid_argument, "serving table '" + s.config.table + "': update of " +
+                                             std::to_string(keys.size()) + " keys carries " +
+                                             std::to_string(weights.size()) + " floats and " +
+                                             std::to_string(versions.size()) + " versions (dim " +
+                                             std::to_string(dim) + ")");
+  if (keys.empty()) return {};
+  // A queued (older) row must not land in the cache after a newer update.
+  STRATA_TRY(insert_pending());
+  // Within the batch, the highest version of each key wins.
+  std::unordered_map<uint64_t, size_t> best;
+  best.reserve(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    auto [it, fresh] = best.try_emplace(keys[i], i);
+    if (!fresh && versions[i] > versions[it->second]) it->second = i;
+  }
+  std::vector<uint64_t> unique_keys;
+  unique_keys.reserve(best.size());
+  for (const auto& [key, i] : best) unique_keys.push_back(key);
+  std::sort(unique_keys.begin(), unique_keys.end());
+  std::vector<std::byte> current(unique_keys.size() * rb);
+  std::vector<uint32_t> absent;
+  STRATA_TRY(s.lmdb->lookup(unique_keys, rows_span{current.data(), rb}, absent));
+  size_t next_absent = 0;
+  row_buffer accepted(s.layout);
+  for (size_t j = 0; j < unique_keys.size(); ++j) {
+    const bool is_absent = next_absent < absent.size() && absent[next_absent] == j;
+    if (is_absent) ++next_absent;
+    const size_t i = best[unique_keys[j]];
+    const uint64_t stored = is_absent ? 0 : meta_of(current.data() + j * rb).version;
+    if (!is_absent && versions[i] <= stored) {
+      ++s.stats.updates_ignored;
+      continue;
+    }
+    std::byte* dst = accepted.append(unique_keys[j]);
+    meta_of(dst) = row_meta{versions[i], 0, 0};
+    std::memcpy(weights_of(dst), weights.data() + i * dim, size_t{4} * dim);
+  }
+  s.stats.updates_ignored += keys.size() - unique_keys.size();
+  if (accepted.empty()) return {};
+  row_buffer spilled(s.layout);
+  STRATA_TRY(s.lmdb->store(accepted.keys(), accepted.rows(), false, spilled));
+  // Refresh resident copies in DRAM and the cache (never insert new ones).
+  row_buffer resident(s.layout);
+  for (size_t j = 0; j < accepted.size(); ++j)
+    if (s.dram->contains(accepted.key(j))) resident.append(accepted.key(j), accepted.record(j));
+  if (!resident.empty())
+    STRATA_TRY(s.dram->store(resident.keys(), resident.rows(), false, spilled));
+  std::vector<std::byte> probe(accepted.size() * rb);
+  std::vector<uint32_t> cache_misses(accepted.size());
+  cache_counts counts;
+  STRATA_TRY(run_cache_call([&](cache_completion done) {
+    s.cache->query(host_span(accepted.keys()), host_span(std::span<std::byte>(probe)),
+                   host_span(std::span<uint32_t>(cache_misses)), counts, std::move(done));
+  }));
+  cache_misses.resize(counts.misses);
+  row_buffer in_cache(s.layout);
+  size_t next = 0;
+  for (size_t j = 0; j < accepted.size(); ++j) {
+    if (next < cache_misses.size() && cache_misses[next] == j) {
+      ++next;
+      continue;
+    }
+    in_cache.append(accepted.key(j), accepted.record(j));
+  }
+  if (!in_cache.empty()) STRATA_TRY(s.cache_insert(in_cache.keys(), in_cache.record(0)));
+  s.stats.updates_applied += accepted.size();
+  return {};
+}
+
+}  // namespace strata::serving

@@ -1,0 +1,122 @@
+// The serving store: one embedding table served read-mostly, as HugeCTR's
+// Hierarchical Parameter Server did — an embedding cache (cache_backend: the
+// CPU backend, or the CUDA one) over a DRAM tier over an LMDB tier.
+//
+// Rows are kept in the serving layout (weights only, no optimizer state) and
+// carry their training version (ARCHITECTURE.md, Rows). load_checkpoint()
+// copies a checkpoint's rows (every shard copy, opened read-only) into the
+// store's own LMDB environment, dropping the optimizer state; the LMDB tier
+// then holds every row, the DRAM tier and the cache hold the hot ones.
+//
+// lookup(): the cache answers what it holds; its misses go to DRAM, then to
+// LMDB (found rows are promoted into DRAM); keys found nowhere get the
+// table's default vector (version 0), which is not an error. Duplicate keys
+// get the same row. Rows fetched from below the cache are inserted into it
+//   - synchronously (before lookup returns) while the recent hit rate is
+//     below `async_insert_hit_rate`: a cold cache fills at once;
+//   - asynchronously (queued; insert_pending() does it, the server calls it
+//     after the reply is sent) while the hit rate is at or above it: a warm
+//     cache keeps misses off the reply's latency.
+// The hit rate is measured over the last `hit_rate_window` looked-up keys.
+//
+// apply_updates(): online updates (key, weights, version). A row is applied
+// only if its version is higher than the stored one, so versions never go
+// backwards whatever order updates arrive in; a restored training cluster's
+// rows (higher incarnation) supersede the old ones. Applied rows are written
+// through to LMDB, refreshed in DRAM if resident and in the cache if
+// resident (queued cache inserts are done first, so an older queued row
+// can never land over a newer update).
+//
+// Owned by one thread at a time (the server serializes calls); not
+// thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/error.hpp"
+#include "tiers/cache_backend.hpp"
+#include "tiers/dram_tier.hpp"
+#include "tiers/lmdb_tier.hpp"
+#include "tiers/row.hpp"
+
+namespace strata::serving {
+
+struct serving_store_config {
+  std::string table = "default";
+  uint32_t dim = 0;                      // 0: taken from the checkpoint
+  std::filesystem::path lmdb_path;       // the store's own environment (emptied at open)
+  uint32_t partitions = 4096;            // the cluster's partition count (LMDB keys)
+  size_t dram_bytes = size_t{64} << 20;  // DRAM tier budget
+  float default_value = 0.0f;            // every element of the default vector
+  double async_insert_hit_rate = 0.9;    // >=: insert misses into the cache asynchronously
+  uint32_t hit_rate_window = 4096;       // keys over which the hit rate is measured
+  uint32_t warmup_keys = 0;              // most frequent checkpoint keys put in the cache
+};
+
+struct serving_stats {
+  uint64_t lookups = 0;  // lookup calls
+  uint64_t keys = 0;     // keys looked up
+  uint64_t cache_hits = 0;
+  uint64_t dram_hits = 0;
+  uint64_t lmdb_hits = 0;
+  uint64_t defaults = 0;       // keys answered with the default vector
+  uint64_t sync_inserts = 0;   // rows inserted into the cache before the reply
+  uint64_t async_inserts = 0;  // rows queued and inserted after it
+  uint64_t updates_applied = 0;
+  uint64_t updates_ignored = 0;  // not newer than the stored row
+  uint64_t loaded_rows = 0;
+  uint64_t warmed_rows = 0;
+};
+
+// A lookup's result: n rows of `dim` floats and their versions (0: default).
+struct lookup_result {
+  uint32_t dim = 0;
+  std::vector<float> weights;      // n x dim
+  std::vector<uint64_t> versions;  // n
+};
+
+class serving_store {
+ public:
+  // Opens the store over `cache` (serving layout: dim, with_state = false;
+  // the store owns it). Errors name the LMDB path.
+  static expected<std::unique_ptr<serving_store>> open(serving_store_config config,
+                                                       std::unique_ptr<cache_backend> cache);
+  ~serving_store();
+
+  // Copies every row of the checkpoint directory `dir` (ckpt-...) into the
+  // store, then warms the cache. The checkpoint's table must be this one
+  // and its dim the store's. Errors name the checkpoint and the field.
+  status load_checkpoint(const std::filesystem::path& dir);
+
+  const std::string& table() const;
+  uint32_t dim() const;
+
+  // Looks up keys (any count, duplicates allowed) into `out`.
+  status lookup(std::span<const uint64_t> keys, lookup_result& out);
+  // Brings keys into the cache (fetching from DRAM/LMDB) without returning rows.
+  status prefetch(std::span<const uint64_t> keys);
+  // Inserts the rows queued by asynchronous lookups into the cache.
+  status insert_pending();
+  bool has_pending() const;
+
+  // weights: keys.size() x dim floats. Applies rows newer than the stored ones.
+  status apply_updates(std::span<const uint64_t> keys, std::span<const float> weights,
+                       std::span<const uint64_t> versions);
+
+  // The version stored for `key` (0 if absent).
+  expected<uint64_t> version_of(uint64_t key);
+  double recent_hit_rate() const;
+  const serving_stats& stats() const;
+
+ private:
+  struct impl;
+  explicit serving_store(std::unique_ptr<impl> impl);
+  std::unique_ptr<impl> impl_;
+};
+
+}  // namespace strata::serving

@@ -1,0 +1,500 @@
+// The serving node over real loopback sockets: the binary protocol with
+// several concurrent clients, the HTTP/JSON endpoint and its 4xx answers,
+// online updates through the publisher/subscriber stream (including a
+// publisher restart and a resumed subscription), and `strata serve` as
+// real processes, one killed mid-load while the client fails over.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include "client/client.hpp"
+#include "serving/binary_server.hpp"
+#include "serving/http_server.hpp"
+#include "serving/service.hpp"
+#include "serving/update_stream.hpp"
+#include "tests/serving/serving_test_util.hpp"
+#include "tests/tiers/test_util.hpp"
+#include "tiers/cpu_cache.hpp"
+
+namespace strata::serving {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+using json = nlohmann::json;
+
+constexpr uint32_t dim = 8;
+
+// Polls `done` until it holds or the deadline passes (no fixed sleeps).
+template <class F>
+bool eventually(F&& done, std::chrono::milliseconds deadline = 20s) {
+  const auto until = std::chrono::steady_clock::now() + deadline;
+  while (std::chrono::steady_clock::now() < until) {
+    if (done()) return true;
+    std::this_thread::sleep_for(5ms);
+  }
+  return done();
+}
+
+struct node {
+  testing::temp_dir dir;
+  testing::checkpoint_rows rows;
+  std::unique_ptr<serving_service> service;
+  std::unique_ptr<binary_server> binary;
+  std::unique_ptr<http_server> http;
+
+  node() {
+    rows = testing::write_test_checkpoint(dir.path() / "ckpt", "ads", dim, 2000, 2);
+    serving_store_config c;
+    c.table = "ads";
+    c.dim = dim;
+    c.partitions = 64;
+    c.lmdb_path = dir.path() / "serving";
+    c.dram_bytes =
+        dram_tier::budget_for_rows({dim, optimizer_kind::sgd, false}, eviction_policy::lru, 500);
+    auto store = serving_store::open(
+        c, std::make_unique<cpu_cache>(row_layout{dim, optimizer_kind::sgd, false},
+                                       cache_geometry{8, 1}));
+    EXPECT_TRUE(store.has_value());
+    EXPECT_TRUE((*store)->load_checkpoint(dir.path() / "ckpt").has_value());
+    service = std::make_unique<serving_service>(service_limits{4096});
+    service->add_table(std::move(*store));
+    binary = std::make_unique<binary_server>(*service);
+    EXPECT_TRUE(binary->start("127.0.0.1", 0).has_value());
+    http = std::make_unique<http_server>(*service, 64 * 1024);
+    EXPECT_TRUE(http->start("127.0.0.1", 0).has_value());
+  }
+
+  client::serving_client connect() {
+    auto c = client::serving_client::connect({{{"127.0.0.1", binary->port()}}});
+    EXPECT_TRUE(c.has_value()) << (c ? "" : c.err().to_string());
+    return std::move(*c);
+  }
+};
+
+void expect_rows(const testing::checkpoint_rows& rows, std::span<const uint64_t> keys,
+                 const client::rows& r) {
+  ASSERT_EQ(r.dim, dim);
+  ASSERT_EQ(r.versions.size(), keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    auto it = rows.weights.find(keys[i]);
+    if (it == rows.weights.end()) {
+      EXPECT_EQ(r.versions[i], 0u);
+      for (uint32_t d = 0; d < dim; ++d) EXPECT_EQ(r.weights[i * dim + d], 0.0f);
+    } else {
+      EXPECT_EQ(r.versions[i], rows.versions.at(keys[i]));
+      EXPECT_EQ(std::memcmp(&r.weights[i * dim], it->second.data(), dim * 4), 0) << keys[i];
+    }
+  }
+}
+
+TEST(ServingServer, SeveralConcurrentClientsGetTheCheckpointRows) {
+  node n;
+  std::vector<std::thread> threads;
+  std::atomic<int> lookups{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      auto c = n.connect();
+      std::mt19937_64 rng(t);
+      for (size_t batch : {0, 1, 16, 1024, 7, 300}) {
+        for (int rep = 0; rep < 3; ++rep) {
+          std::vector<uint64_t> keys(batch);
+          for (auto& k : keys)
+            k = rng() % 10 == 0 ? rng() : n.rows.keys[rng() % n.rows.keys.size()];
+          auto r = c.lookup("ads", keys);
+          ASSERT_TRUE(r.has_value()) << r.err().to_string();
+          expect_rows(n.rows, keys, *r);
+          ++lookups;
+        }
+      }
+      ASSERT_TRUE(c.prefetch("ads", std::vector<uint64_t>{n.rows.keys[0]}).has_value());
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(lookups.load(), 4 * 6 * 3);
+}
+
+TEST(ServingServer, BinaryErrorsNameTheProblem) {
+  node n;
+  auto c = n.connect();
+  auto unknown = c.lookup("clicks", std::vector<uint64_t>{1});
+  ASSERT_FALSE(unknown.has_value());
+  EXPECT_EQ(unknown.err().code(), errc::not_found);
+  EXPECT_NE(unknown.err().message().find("unknown table 'clicks' (served: ads)"),
+            std::string::npos);
+  auto big = c.lookup("ads", std::vector<uint64_t>(5000, 1));
+  ASSERT_FALSE(big.has_value());
+  EXPECT_EQ(big.err().code(), errc::capacity_exceeded);
+  // The connection stays usable after an error reply.
+  auto ok = c.lookup("ads", std::vector<uint64_t>{n.rows.keys[1]});
+  ASSERT_TRUE(ok.has_value());
+  EXPECT_EQ(c.failovers(), 0u);
+}
+
+// --- HTTP ---------------------------------------------------------------------
+
+struct http_reply {
+  int status = 0;
+  std::string body;
+};
+
+http_reply http_call(uint16_t port, boost::beast::http::verb verb, const std::string& target,
+                     const std::string& body) {
+  namespace beast = boost::beast;
+  namespace http = beast::http;
+  boost::asio::io_context io;
+  boost::asio::ip::tcp::socket socket(io);
+  socket.connect({boost::asio::ip::make_address("127.0.0.1"), port});
+  http::request<http::string_body> req{verb, target, 11};
+  req.set(http::field::host, "127.0.0.1");
+  req.set(http::field::content_type, "application/json");
+  req.body() = body;
+  req.prepare_payload();
+  http::write(socket, req);
+  beast::flat_buffer buffer;
+  http::response<http::string_body> res;
+  beast::error_code ec;
+  http::read(socket, buffer, res, ec);
+  return {ec ? -1 : int(res.result_int()), res.body()};
+}
+
+TEST(ServingHttp, LookupAndHealth) {
+  using boost::beast::http::verb;
+  node n;
+  const uint64_t k = n.rows.keys[3];
+  auto r = http_call(n.http->port(), verb::post, "/lookup",
+                     R"({"table":"ads","keys":[)" + std::to_string(k) + R"(,"5",")" +
+                         std::to_string(k) + R"("]})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  auto j = json::parse(r.body);
+  EXPECT_EQ(j["dim"], dim);
+  ASSERT_EQ(j["rows"].size(), 3u);
+  EXPECT_EQ(j["versions"][0].get<uint64_t>(), n.rows.versions.at(k));
+  EXPECT_EQ(j["versions"][1].get<uint64_t>(), 0u);  // unknown key: default
+  for (uint32_t d = 0; d < dim; ++d) {
+    EXPECT_EQ(j["rows"][0][d].get<float>(), n.rows.weights.at(k)[d]);
+    EXPECT_EQ(j["rows"][2][d].get<float>(), n.rows.weights.at(k)[d]);
+  }
+  auto h = http_call(n.http->port(), verb::get, "/health", "");
+  ASSERT_EQ(h.status, 200);
+  auto hj = json::parse(h.body);
+  EXPECT_EQ(hj["status"], "ok");
+  EXPECT_EQ(hj["tables"]["ads"]["loaded_rows"].get<uint64_t>(), 2000u);
+  EXPECT_GE(hj["tables"]["ads"]["keys"].get<uint64_t>(), 3u);
+}
+
+TEST(ServingHttp, MalformedRequestsGetClear4xx) {
+  using boost::beast::http::verb;
+  node n;
+  const uint16_t p = n.http->port();
+  struct bad_case {
+    verb method;
+    std::string target, body;
+    int status;
+    std::string says;
+  };
+  const std::vector<bad_case> cases = {
+      {verb::post, "/lookup", "{not json", 400, "not valid JSON"},
+      {verb::post, "/lookup", "[1,2]", 400, "must be a JSON object"},
+      {verb::post, "/lookup", R"({"keys":[1]})", 400, "'table'"},
+      {verb::post, "/lookup", R"({"table":"ads"})", 400, "'keys'"},
+      {verb::post, "/lookup", R"({"table":"ads","keys":[-1]})", 400, "keys[0]"},
+      {verb::post, "/lookup", R"({"table":"ads","keys":[1,"x"]})", 400, "keys[1]"},
+      {verb::post, "/lookup", R"({"table":"ads","keys":[1],"k":2})", 400, "unknown field 'k'"},
+      {verb::post, "/lookup", R"({"table":"clicks","keys":[1]})", 404, "unknown table 'clicks'"},
+      {verb::get, "/lookup", "", 405, "POST"},
+      {verb::get, "/nope", "", 404, "no such path"},
+      {verb::post, "/lookup", R"({"table":"ads","keys":[)" + std::string(70000, '1') + "]}", 413,
+       "max_http_body_bytes"},
+  };
+  for (const auto& c : cases) {
+    auto r = http_call(p, c.method, c.target, c.body);
+    EXPECT_EQ(r.status, c.status) << c.target << " " << c.body.substr(0, 60) << " -> " << r.body;
+    EXPECT_NE(r.body.find(c.says), std::string::npos) << r.body;
+  }
+  std::string many = R"({"table":"ads","keys":[)";
+  for (int i = 0; i < 5000; ++i) many += (i ? ",1" : "1");
+  many += "]}";
+  auto r = http_call(p, verb::post, "/lookup", many);
+  EXPECT_EQ(r.status, 413);
+  EXPECT_NE(r.body.find("max_request_keys"), std::string::npos);
+}
+
+// --- online updates -------------------------------------------------------------
+
+TEST(OnlineUpdates, PublishedRowsAreServedWithinTheIntervalAndResumeAfterAPublisherRestart) {
+  node n;
+  publisher_config pc;
+  pc.table = "ads";
+  pc.dim = dim;
+  pc.stream = 11;
+  pc.interval = 50ms;
+  auto publisher = std::make_unique<update_publisher>(pc);
+  ASSERT_TRUE(publisher->start().has_value());
+  const uint16_t port = publisher->port();
+  update_subscriber subscriber({{"127.0.0.1", port}, "ads", 20ms}, *n.service);
+  subscriber.start();
+  auto c = n.connect();
+  const uint64_t k1 = n.rows.keys[10], k2 = n.rows.keys[11];
+  const uint64_t v1 = n.rows.versions.at(k1) + 1;
+  std::vector<float> w(dim, 9.0f);
+  publisher->publish(std::vector<uint64_t>{k1}, w, std::vector<uint64_t>{v1});
+  auto version_of = [&](uint64_t key) {
+    auto r = c.lookup("ads", std::vector<uint64_t>{key});
+    return r ? r->versions[0] : 0;
+  };
+  ASSERT_TRUE(eventually([&] { return version_of(k1) == v1; }));
+  EXPECT_EQ(c.lookup("ads", std::vector<uint64_t>{k1})->weights[0], 9.0f);
+
+  // The training cluster restarts (a new publisher, a new incarnation) on
+  // the same port: the subscriber reconnects and gets its rows; an older
+  // row of the old incarnation arriving late is not applied.
+  publisher->stop();
+  publisher.reset();
+  pc.stream = 12;
+  pc.port = port;
+  update_publisher restarted(pc);
+  ASSERT_TRUE(restarted.start().has_value());
+  const uint64_t v2 = make_version(2, 1);
+  std::vector<float> w2(2 * dim, 5.0f);
+  restarted.publish(std::vector<uint64_t>{k2, k1}, w2,
+                    std::vector<uint64_t>{v2, n.rows.versions.at(k1)});
+  ASSERT_TRUE(eventually([&] { return version_of(k2) == v2; }));
+  EXPECT_EQ(version_of(k1), v1);  // never backwards
+  EXPECT_GE(subscriber.reconnects(), 1u);
+  EXPECT_EQ(subscriber.stream(), 12u);
+  subscriber.stop();
+  restarted.stop();
+}
+
+TEST(OnlineUpdates, AResumingSubscriberGetsOnlyNewerRows) {
+  publisher_config pc;
+  pc.table = "ads";
+  pc.dim = 1;
+  pc.stream = 7;
+  pc.interval = 10ms;
+  update_publisher publisher(pc);
+  ASSERT_TRUE(publisher.start().has_value());
+  publisher.publish(std::vector<uint64_t>{1, 2, 3}, std::vector<float>{1, 2, 3},
+                    std::vector<uint64_t>{10, 20, 30});  // seq 1, 2, 3
+  publisher.publish(std::vector<uint64_t>{2}, std::vector<float>{22},
+                    std::vector<uint64_t>{21});  // seq 4
+  auto receive_after = [&](uint64_t stream, uint64_t after) {
+    auto s = wire::frame_socket::connect({"127.0.0.1", publisher.port()}, 10s);
+    EXPECT_TRUE(s.has_value());
+    std::vector<std::byte> payload;
+    wire::encode(payload, wire::subscribe_request{"ads", stream, after});
+    EXPECT_TRUE(s->send(wire::frame_type::subscribe, 0, payload).has_value());
+    auto f = s->receive();
+    EXPECT_TRUE(f.has_value());
+    auto b = wire::decode_updates(f->payload);
+    EXPECT_TRUE(b.has_value());
+    return *b;
+  };
+  auto resumed = receive_after(7, 2);  // saw seq 1..2: gets key 3 and key 2's newer row
+  EXPECT_EQ(resumed.keys, (std::vector<uint64_t>{3, 2}));
+  EXPECT_EQ(resumed.versions, (std::vector<uint64_t>{30, 21}));
+  EXPECT_EQ(resumed.seq, 4u);
+  auto fresh = receive_after(99, 4);  // another stream's position: everything retained
+  EXPECT_EQ(fresh.keys, (std::vector<uint64_t>{1, 3, 2}));
+  publisher.stop();
+}
+
+TEST(OnlineUpdates, AHotKeyUpdatedManyTimesIsSentOnceNewest) {
+  publisher_config pc;
+  pc.table = "ads";
+  pc.dim = 1;
+  pc.stream = 3;
+  pc.interval = 10ms;
+  update_publisher publisher(pc);
+  ASSERT_TRUE(publisher.start().has_value());
+  // Enough republications to compact the log several times over.
+  for (uint64_t v = 1; v <= 5000; ++v)
+    publisher.publish(std::vector<uint64_t>{v % 3}, std::vector<float>{float(v)},
+                      std::vector<uint64_t>{v});
+  auto s = wire::frame_socket::connect({"127.0.0.1", publisher.port()}, 10s);
+  ASSERT_TRUE(s.has_value());
+  std::vector<std::byte> payload;
+  wire::encode(payload, wire::subscribe_request{"ads", 0, 0});
+  ASSERT_TRUE(s->send(wire::frame_type::subscribe, 0, payload).has_value());
+  auto f = s->receive();
+  ASSERT_TRUE(f.has_value());
+  auto b = wire::decode_updates(f->payload);
+  ASSERT_TRUE(b.has_value());
+  EXPECT_EQ(b->keys, (std::vector<uint64_t>{0, 1, 2}));  // 4998 % 3 == 0
+  EXPECT_EQ(b->versions, (std::vector<uint64_t>{4998, 4999, 5000}));
+  EXPECT_EQ(b->weights, (std::vector<float>{4998, 4999, 5000}));
+  EXPECT_EQ(b->seq, 5000u);
+  publisher.stop();
+}
+
+TEST(OnlineUpdates, ReorderedUpdateFramesNeverMoveAVersionBackwards) {
+  node n;
+  auto s = wire::frame_socket::connect({"127.0.0.1", n.binary->port()}, 10s);
+  ASSERT_TRUE(s.has_value());
+  const uint64_t key = n.rows.keys[20];
+  const uint64_t base = n.rows.versions.at(key);
+  std::vector<uint64_t> order;
+  for (uint64_t v = 1; v <= 30; ++v) order.push_back(base + v);
+  std::shuffle(order.begin(), order.end(), std::mt19937_64(3));
+  auto c = n.connect();
+  uint64_t seen = base;
+  for (uint64_t v : order) {
+    std::vector<std::byte> payload;
+    wire::encode(
+        payload,
+        wire::update_batch{"ads", 1, 1, dim, {key}, {v}, std::vector<float>(dim, float(v - base))});
+    ASSERT_TRUE(s->send(wire::frame_type::updates, v, payload).has_value());
+    auto ack = s->receive();
+    ASSERT_TRUE(ack.has_value());
+    ASSERT_EQ(ack->header.type, wire::frame_type::ack);
+    auto r = c.lookup("ads", std::vector<uint64_t>{key});
+    ASSERT_TRUE(r.has_value());
+    ASSERT_GE(r->versions[0], seen);
+    seen = r->versions[0];
+    ASSERT_EQ(r->weights[0], float(seen - base));
+  }
+  EXPECT_EQ(seen, base + 30);
+}
+
+TEST(OnlineUpdates, InProcessSubscriberOfAOneProcessCluster) {
+  node n;
+  publisher_config pc;
+  pc.table = "ads";
+  pc.dim = dim;
+  pc.interval = 1h;  // only the row count triggers a send here
+  pc.max_rows = 3;
+  update_publisher publisher(pc);
+  publisher.add_local_subscriber([&](const wire::update_batch& b) {
+    (void)n.service->apply_updates(b.table, b.keys, b.weights, b.versions);
+  });
+  const std::vector<uint64_t> keys(n.rows.keys.begin(), n.rows.keys.begin() + 3);
+  std::vector<uint64_t> versions;
+  for (auto k : keys) versions.push_back(n.rows.versions.at(k) + 5);
+  publisher.publish(keys, std::vector<float>(3 * dim, 4.0f), versions);
+  auto c = n.connect();
+  ASSERT_TRUE(eventually([&] {
+    auto r = c.lookup("ads", keys);
+    return r && r->versions == versions;
+  }));
+  publisher.stop();
+}
+
+// --- the Python module ------------------------------------------------------------
+
+TEST(PythonClient, ImportsLooksUpAndTrainsATorchModelThroughStrata) {
+  if (!fs::exists(STRATA_PYTHON_MODULE_DIR))
+    GTEST_SKIP() << "the Python module was not built (pybind11-dev or python3-dev missing)";
+  node n;
+  json expected = json::object();
+  for (size_t i = 0; i < 300; ++i) {
+    const uint64_t k = n.rows.keys[i];
+    expected[std::to_string(k)] = {n.rows.versions.at(k), n.rows.weights.at(k)};
+  }
+  std::ofstream(n.dir.path() / "expected.json") << expected.dump();
+  const std::string command =
+      "PYTHONPATH=" STRATA_PYTHON_MODULE_DIR " /usr/bin/python3 " STRATA_SOURCE_DIR
+      "/tests/serving/python_client_test.py 127.0.0.1:" +
+      std::to_string(n.binary->port()) + " ads " + (n.dir.path() / "expected.json").string() +
+      " > " + (n.dir.path() / "py.log").string() + " 2>&1";
+  const int rc = std::system(command.c_str());
+  std::ostringstream log;
+  log << std::ifstream(n.dir.path() / "py.log").rdbuf();
+  ASSERT_TRUE(WIFEXITED(rc)) << log.str();
+  if (WEXITSTATUS(rc) == 77) GTEST_SKIP() << log.str();
+  EXPECT_EQ(WEXITSTATUS(rc), 0) << log.str();
+  EXPECT_NE(log.str().find("torch training through strata passed"), std::string::npos) << log.str();
+}
+
+// --- real processes ---------------------------------------------------------------
+
+pid_t spawn_serve(const fs::path& manifest, const fs::path& port_file, const fs::path& log) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    std::freopen(log.c_str(), "w", stdout);
+    std::freopen(log.c_str(), "a", stderr);
+    ::execl(STRATA_BINARY, STRATA_BINARY, "serve", manifest.c_str(), "--port-file",
+            port_file.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  return pid;
+}
+
+uint16_t read_port(const fs::path& port_file) {
+  std::ifstream in(port_file);
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("binary=", 0) == 0) return static_cast<uint16_t>(std::stoi(line.substr(7)));
+  return 0;
+}
+
+TEST(ServingProcesses, KillingAReplicaMidLoadFailsTheClientOverToAnother) {
+  testing::temp_dir dir;
+  auto rows = testing::write_test_checkpoint(dir.path() / "ckpt-000000000001", "ads", dim, 3000, 2);
+  std::vector<pid_t> pids;
+  std::vector<uint16_t> ports;
+  for (int i = 0; i < 2; ++i) {
+    const fs::path state = dir.path() / ("replica-" + std::to_string(i));
+    fs::create_directories(state);
+    // A checkpoint root: serve picks its latest complete checkpoint.
+    std::ofstream(state / "serve.yaml")
+        << testing::serving_manifest("ads", dim, dir.path(), state, 64, "  warmup_keys: 100\n");
+    pids.push_back(spawn_serve(state / "serve.yaml", state / "ports", state / "log"));
+  }
+  for (int i = 0; i < 2; ++i) {
+    const fs::path state = dir.path() / ("replica-" + std::to_string(i));
+    bool exited = false;
+    ASSERT_TRUE(eventually(
+                    [&] {
+                      exited = exited || ::waitpid(pids[i], nullptr, WNOHANG) == pids[i];
+                      return exited || fs::exists(state / "ports");
+                    },
+                    60s) &&
+                !exited)
+        << "replica " << i << " did not start; log:\n"
+        << std::ifstream(state / "log").rdbuf();
+    ports.push_back(read_port(state / "ports"));
+    ASSERT_NE(ports.back(), 0);
+  }
+  auto c =
+      client::serving_client::connect({{{"127.0.0.1", ports[0]}, {"127.0.0.1", ports[1]}}, 5s});
+  ASSERT_TRUE(c.has_value());
+  std::mt19937_64 rng(1);
+  int after_kill = 0;
+  for (int i = 0; i < 200; ++i) {
+    if (i == 50) {  // mid-load: the replica in use dies without warning
+      ASSERT_EQ(c->current_replica(), "127.0.0.1:" + std::to_string(ports[0]));
+      ::kill(pids[0], SIGKILL);
+      ::waitpid(pids[0], nullptr, 0);
+    }
+    std::vector<uint64_t> keys(64);
+    for (auto& k : keys) k = rows.keys[rng() % rows.keys.size()];
+    auto r = c->lookup("ads", keys);
+    ASSERT_TRUE(r.has_value()) << "lookup " << i << ": " << r.err().to_string();
+    expect_rows(rows, keys, *r);
+    if (i >= 50) ++after_kill;
+  }
+  EXPECT_EQ(after_kill, 150);
+  EXPECT_GE(c->failovers(), 1u);
+  EXPECT_EQ(c->current_replica(), "127.0.0.1:" + std::to_string(ports[1]));
+  ::kill(pids[1], SIGTERM);
+  int status = 0;
+  ::waitpid(pids[1], &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+}
+
+}  // namespace
+}  // namespace strata::serving

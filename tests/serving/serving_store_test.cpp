@@ -1,0 +1,265 @@
+// The serving store against a real checkpoint (real LMDB): HugeCTR HPS's
+// black-box expectations, the sync/async cache insertion switch, warm-up,
+// and online updates that never go backwards.
+#include "serving/serving_store.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <random>
+
+#include "tests/serving/serving_test_util.hpp"
+#include "tests/tiers/test_util.hpp"
+#include "tiers/cpu_cache.hpp"
+
+namespace strata::serving {
+namespace {
+
+using testing::checkpoint_rows;
+
+constexpr uint32_t dim = 8;
+
+struct fixture {
+  testing::temp_dir dir;
+  checkpoint_rows rows;
+  std::unique_ptr<serving_store> store;
+
+  explicit fixture(serving_store_config config = {}, uint32_t cache_sets = 4,
+                   uint32_t rows_n = 600) {
+    rows = testing::write_test_checkpoint(dir.path() / "ckpt-000000000001", "ads", dim, rows_n, 2);
+    config.table = "ads";
+    config.dim = dim;
+    config.partitions = 64;
+    config.lmdb_path = dir.path() / "serving";
+    if (config.dram_bytes == serving_store_config{}.dram_bytes)
+      config.dram_bytes =
+          dram_tier::budget_for_rows({dim, optimizer_kind::sgd, false}, eviction_policy::lru, 100);
+    auto opened = serving_store::open(
+        config, std::make_unique<cpu_cache>(row_layout{dim, optimizer_kind::sgd, false},
+                                            cache_geometry{cache_sets, 1}));
+    EXPECT_TRUE(opened.has_value()) << (opened ? "" : opened.err().to_string());
+    store = std::move(*opened);
+    auto loaded = store->load_checkpoint(dir.path() / "ckpt-000000000001");
+    EXPECT_TRUE(loaded.has_value()) << (loaded ? "" : loaded.err().to_string());
+  }
+
+  // Every key's served row equals the checkpoint's bit for bit (or the
+  // default vector for keys it lacks).
+  void expect_rows(std::span<const uint64_t> keys, const lookup_result& r, float default_value) {
+    ASSERT_EQ(r.dim, dim);
+    ASSERT_EQ(r.versions.size(), keys.size());
+    ASSERT_EQ(r.weights.size(), keys.size() * dim);
+    for (size_t i = 0; i < keys.size(); ++i) {
+      auto it = rows.weights.find(keys[i]);
+      if (it == rows.weights.end()) {
+        EXPECT_EQ(r.versions[i], 0u) << "key " << keys[i];
+        for (uint32_t d = 0; d < dim; ++d) EXPECT_EQ(r.weights[i * dim + d], default_value);
+        continue;
+      }
+      EXPECT_EQ(r.versions[i], rows.versions.at(keys[i])) << "key " << keys[i];
+      EXPECT_EQ(std::memcmp(r.weights.data() + i * dim, it->second.data(), dim * 4), 0)
+          << "key " << keys[i] << " at position " << i;
+    }
+  }
+};
+
+TEST(ServingStore, KnownKeysReturnTheCheckpointRowsBitForBit) {
+  fixture f;
+  EXPECT_EQ(f.store->stats().loaded_rows, 600u);
+  lookup_result r;
+  // Twice: the first pass fills cache and DRAM from LMDB, the second is
+  // served from them (the cache holds 128 rows, DRAM ~100: both evict).
+  for (int pass = 0; pass < 2; ++pass) {
+    ASSERT_TRUE(f.store->lookup(f.rows.keys, r).has_value());
+    f.expect_rows(f.rows.keys, r, 0.0f);
+    ASSERT_TRUE(f.store->insert_pending().has_value());
+  }
+  EXPECT_GT(f.store->stats().cache_hits + f.store->stats().dram_hits, 0u);
+  EXPECT_GT(f.store->stats().lmdb_hits, 0u);
+}
+
+TEST(ServingStore, UnknownKeysGetTheDefaultVectorNotAnError) {
+  serving_store_config c;
+  c.default_value = 0.25f;
+  fixture f(c);
+  const std::vector<uint64_t> keys = {1, 1001, 1000, 999999999999ull, ~uint64_t{0}};
+  lookup_result r;
+  ASSERT_TRUE(f.store->lookup(keys, r).has_value());
+  f.expect_rows(keys, r, 0.25f);
+  EXPECT_EQ(f.store->stats().defaults, 4u);
+}
+
+TEST(ServingStore, RepeatedKeysGetTheSameRow) {
+  fixture f;
+  const std::vector<uint64_t> keys = {1003, 7, 1003, 1003, 7, 1006, 1003};
+  lookup_result r;
+  ASSERT_TRUE(f.store->lookup(keys, r).has_value());
+  f.expect_rows(keys, r, 0.0f);
+  for (size_t i : {2, 3, 6}) EXPECT_EQ(std::memcmp(&r.weights[i * dim], &r.weights[0], dim * 4), 0);
+}
+
+TEST(ServingStore, BatchesOf0_1_16_1024Keys) {
+  fixture f;
+  std::mt19937_64 rng(5);
+  for (size_t n : {0, 1, 16, 1024}) {
+    std::vector<uint64_t> keys(n);
+    for (auto& k : keys)  // mostly known keys, some unknown, repeats likely
+      k = rng() % 8 == 0 ? rng() : f.rows.keys[rng() % f.rows.keys.size()];
+    lookup_result r;
+    ASSERT_TRUE(f.store->lookup(keys, r).has_value()) << n << " keys";
+    f.expect_rows(keys, r, 0.0f);
+  }
+}
+
+TEST(ServingStore, LowHitRateInsertsSynchronouslyHighHitRateAsynchronously) {
+  {
+    serving_store_config c;
+    c.async_insert_hit_rate = 1.0;  // never reached by a cold cache: always synchronous
+    fixture f(c);
+    lookup_result r;
+    const std::vector<uint64_t> keys(f.rows.keys.begin(), f.rows.keys.begin() + 10);
+    ASSERT_TRUE(f.store->lookup(keys, r).has_value());
+    EXPECT_EQ(f.store->stats().sync_inserts, 10u);
+    EXPECT_FALSE(f.store->has_pending());
+    ASSERT_TRUE(f.store->lookup(keys, r).has_value());
+    EXPECT_EQ(f.store->stats().cache_hits, 10u);  // inserted before the first reply
+  }
+  {
+    serving_store_config c;
+    c.async_insert_hit_rate = 0.0;  // always "high enough": asynchronous
+    fixture f(c);
+    lookup_result r;
+    const std::vector<uint64_t> keys(f.rows.keys.begin(), f.rows.keys.begin() + 10);
+    ASSERT_TRUE(f.store->lookup(keys, r).has_value());
+    EXPECT_EQ(f.store->stats().async_inserts, 10u);
+    EXPECT_TRUE(f.store->has_pending());
+    ASSERT_TRUE(f.store->lookup(keys, r).has_value());
+    EXPECT_EQ(f.store->stats().cache_hits, 0u);  // not inserted yet: served from DRAM
+    f.expect_rows(keys, r, 0.0f);
+    ASSERT_TRUE(f.store->insert_pending().has_value());
+    ASSERT_TRUE(f.store->lookup(keys, r).has_value());
+    EXPECT_EQ(f.store->stats().cache_hits, 10u);
+    f.expect_rows(keys, r, 0.0f);
+  }
+}
+
+TEST(ServingStore, HitRateSwitchesModeAsTheCacheWarms) {
+  serving_store_config c;
+  c.async_insert_hit_rate = 0.5;
+  c.hit_rate_window = 64;
+  fixture f(c, 64);
+  const std::vector<uint64_t> hot(f.rows.keys.begin(), f.rows.keys.begin() + 32);
+  lookup_result r;
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_TRUE(f.store->lookup(hot, r).has_value());
+    ASSERT_TRUE(f.store->insert_pending().has_value());
+  }
+  EXPECT_GT(f.store->recent_hit_rate(), 0.5);
+  EXPECT_EQ(f.store->stats().sync_inserts, 32u);  // the cold first batch
+  const uint64_t async_before = f.store->stats().async_inserts;
+  const std::vector<uint64_t> cold(f.rows.keys.begin() + 100, f.rows.keys.begin() + 104);
+  ASSERT_TRUE(f.store->lookup(cold, r).has_value());
+  EXPECT_EQ(f.store->stats().async_inserts, async_before + 4);  // warm cache: asynchronous
+}
+
+TEST(ServingStore, WarmUpFillsTheCacheWithTheMostFrequentKeys) {
+  serving_store_config c;
+  c.warmup_keys = 6;
+  fixture f(c, 64);
+  EXPECT_EQ(f.store->stats().warmed_rows, 6u);
+  // The most frequent keys: freq = i % 97 is highest (96) at i = 96, 193, 290, ...
+  std::vector<uint64_t> top;
+  for (uint64_t i = 96; i < 600; i += 97) top.push_back(1000 + 3 * i);
+  ASSERT_EQ(top.size(), 6u);
+  lookup_result r;
+  ASSERT_TRUE(f.store->lookup(top, r).has_value());
+  EXPECT_EQ(f.store->stats().cache_hits, 6u);
+  f.expect_rows(top, r, 0.0f);
+}
+
+TEST(ServingStore, UpdatesNeverGoBackwardsUnderReordering) {
+  fixture f;
+  const uint64_t key = f.rows.keys[5];
+  const uint64_t base = f.rows.versions.at(key);
+  // Versions base+1 .. base+20, each carrying its own counter as weights,
+  // applied in a shuffled order; the row seen must only ever grow and end
+  // at the highest.
+  std::vector<uint64_t> order(20);
+  for (size_t i = 0; i < order.size(); ++i) order[i] = base + 1 + i;
+  std::shuffle(order.begin(), order.end(), std::mt19937_64(11));
+  uint64_t seen = base;
+  lookup_result r;
+  const uint64_t keys[] = {key};
+  ASSERT_TRUE(f.store->lookup(keys, r).has_value());  // now cached: updates must refresh it
+  ASSERT_TRUE(f.store->insert_pending().has_value());
+  for (uint64_t v : order) {
+    std::vector<float> w(dim, float(v - base));
+    const uint64_t versions[] = {v};
+    ASSERT_TRUE(f.store->apply_updates(keys, w, versions).has_value());
+    ASSERT_TRUE(f.store->lookup(keys, r).has_value());
+    ASSERT_GE(r.versions[0], seen);
+    seen = r.versions[0];
+    EXPECT_EQ(r.weights[0], float(seen - base));
+  }
+  EXPECT_EQ(seen, base + 20);
+  EXPECT_GT(f.store->stats().updates_ignored, 0u);
+}
+
+TEST(ServingStore, ANewIncarnationSupersedesTheOld) {
+  fixture f;
+  const uint64_t key = f.rows.keys[7];
+  const uint64_t keys[] = {key};
+  std::vector<float> old_w(dim, 1.0f), new_w(dim, 2.0f);
+  const uint64_t high_old[] = {make_version(1, 1000000)};
+  const uint64_t low_new[] = {make_version(2, 1)};
+  ASSERT_TRUE(f.store->apply_updates(keys, old_w, high_old).has_value());
+  ASSERT_TRUE(f.store->apply_updates(keys, new_w, low_new).has_value());
+  ASSERT_TRUE(f.store->apply_updates(keys, old_w, high_old).has_value());  // late, old incarnation
+  lookup_result r;
+  ASSERT_TRUE(f.store->lookup(keys, r).has_value());
+  EXPECT_EQ(r.versions[0], make_version(2, 1));
+  EXPECT_EQ(r.weights[0], 2.0f);
+}
+
+TEST(ServingStore, UpdatesOfNewKeysAndDuplicatesInABatch) {
+  fixture f;
+  const std::vector<uint64_t> keys = {5, 5, 1000};
+  std::vector<float> w(3 * dim);
+  std::fill_n(w.begin(), dim, 1.0f);
+  std::fill_n(w.begin() + dim, dim, 3.0f);
+  std::fill_n(w.begin() + 2 * dim, dim, 4.0f);
+  const std::vector<uint64_t> versions = {make_version(1, 2), make_version(1, 7),
+                                          make_version(1, 999)};
+  ASSERT_TRUE(f.store->apply_updates(keys, w, versions).has_value());
+  lookup_result r;
+  ASSERT_TRUE(f.store->lookup(keys, r).has_value());
+  EXPECT_EQ(r.versions[0], make_version(1, 7));  // the batch's highest copy
+  EXPECT_EQ(r.weights[0], 3.0f);
+  EXPECT_EQ(r.versions[2], make_version(1, 999));
+  EXPECT_EQ(r.weights[2 * dim], 4.0f);
+  // A malformed update names the table and sizes.
+  auto bad = f.store->apply_updates(keys, std::span<const float>(w).first(5), versions);
+  ASSERT_FALSE(bad.has_value());
+  EXPECT_NE(bad.err().message().find("'ads'"), std::string::npos);
+}
+
+TEST(ServingStore, RefusesACheckpointOfAnotherTableOrDim) {
+  testing::temp_dir dir;
+  testing::write_test_checkpoint(dir.path() / "ckpt", "clicks", dim, 10, 1);
+  serving_store_config c;
+  c.table = "ads";
+  c.dim = dim;
+  c.lmdb_path = dir.path() / "serving";
+  auto store = serving_store::open(
+      c, std::make_unique<cpu_cache>(row_layout{dim, optimizer_kind::sgd, false},
+                                     cache_geometry{4, 1}));
+  ASSERT_TRUE(store.has_value());
+  auto loaded = (*store)->load_checkpoint(dir.path() / "ckpt");
+  ASSERT_FALSE(loaded.has_value());
+  EXPECT_NE(loaded.err().message().find("CHECKPOINT: table is 'clicks'"), std::string::npos)
+      << loaded.err().message();
+}
+
+}  // namespace
+}  // namespace strata::serving

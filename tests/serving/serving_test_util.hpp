@@ -1,0 +1,38 @@
+// Helpers of the serving tests: a real checkpoint directory written with
+// the checkpoint format's own pieces (LMDB shard copies, CHECKPOINT, FILES),
+// and the rows it holds, to compare served rows against bit for bit.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "tiers/row.hpp"
+
+namespace strata::testing {
+
+struct checkpoint_rows {
+  uint32_t dim = 0;
+  std::map<uint64_t, std::vector<float>> weights;  // key -> dim floats
+  std::map<uint64_t, uint64_t> versions;
+  std::map<uint64_t, uint32_t> freqs;
+  std::vector<uint64_t> keys;  // ascending
+};
+
+// Writes checkpoint `dir` (ckpt-... layout) of table `table` with `rows`
+// keys (1000, 1003, 1006, ...) over `shards` shard copies, Adagrad state
+// included (serving must drop it), versions of incarnation `incarnation`.
+// Key i's freq is i % 97 (the warm-up order).
+checkpoint_rows write_test_checkpoint(const std::filesystem::path& dir, const std::string& table,
+                                      uint32_t dim, uint32_t rows, uint32_t shards,
+                                      uint16_t incarnation = 1, uint32_t partitions = 64);
+
+// A manifest (YAML text) for `strata serve` of that checkpoint.
+std::string serving_manifest(const std::string& table, uint32_t dim,
+                             const std::filesystem::path& checkpoint,
+                             const std::filesystem::path& state_dir, uint32_t partitions,
+                             const std::string& serving_extra = "");
+
+}  // namespace strata::testing
