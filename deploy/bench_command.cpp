@@ -8,8 +8,8 @@
 #include "bench/checkpoint_bench.hpp"
 #include "bench/e2e_bench.hpp"
 #include "bench/report.hpp"
-#include "bench/transport_bench.hpp"
 #include "bench/serve_bench.hpp"
+#include "bench/transport_bench.hpp"
 #include "deploy/commands.hpp"
 #include "deploy/manifest.hpp"
 #if STRATA_WITH_GPU_BENCH
@@ -34,7 +34,8 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   };
   auto opts = std::make_shared<options>();
   auto* cmd = app.add_subcommand("bench", "benchmarks, side by side with their baselines");
-  cmd->add_option("suite", opts->suite, "suite to run: tiers, e2e, gpu, checkpoint, transport, serve")
+  cmd->add_option("suite", opts->suite,
+                  "suite to run: tiers, e2e, gpu, checkpoint, transport, serve")
       ->required()
       ->check(CLI::IsMember({"tiers", "e2e", "gpu", "checkpoint", "transport", "serve"}));
   cmd->add_flag("--json", opts->json, "one JSON object per result line");
@@ -76,11 +77,28 @@ void add_bench_command(CLI::App& app, int& exit_code) {
         o.work_dir = work_dir;
         bench::run_dram_bench(o, report);
         bench::run_lmdb_bench(o, report);
-                  "e2e: distinct keys of the generated data (default 200000); "
-                  "serve: rows served (default 200000)");
-  cmd->add_option("--rows", opts->rows,
-                  "e2e: training rows (default 200000; 50000 held out); checkpoint: rows in the "
-                  "checkpointed LMDB environment (default 10000000)");
+      } else if (opts->suite == "checkpoint") {
+        auto m = deploy::load_manifest(opts->manifest);
+        if (!m) throw std::runtime_error(m.err().to_string());
+        bench::checkpoint_bench_options o;
+        o.base = m->cluster;
+        o.rows = cmd->count("--rows") ? opts->rows : (opts->small ? 20000 : 10000000);
+        o.train_rows = opts->small ? 20000 : 200000;
+        o.distinct_keys = opts->small ? 20000 : 200000;
+        o.work_dir = work_dir;
+        bench::run_checkpoint_bench(o, report);
+      } else if (opts->suite == "transport") {
+        bench::transport_bench_options o;
+        o.small = opts->small;
+        o.self_binary = std::filesystem::read_symlink("/proc/self/exe").string();
+        o.work_dir = work_dir;
+        bench::run_transport_bench(o, report);
+      } else if (opts->suite == "serve") {
+        bench::serve_bench_options o;
+        o.small = opts->small;
+        if (cmd->count("--keys")) o.keys = opts->keys;
+        o.work_dir = work_dir;
+        bench::run_serve_bench(o, report);
       } else if (opts->suite == "gpu") {
 #if STRATA_WITH_GPU_BENCH
         bench::gpu_bench_options o;
