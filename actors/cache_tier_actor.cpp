@@ -64,6 +64,12 @@ struct cache_state {
   size_t record_bytes = 0;
   // Evicted dirty rows not yet acknowledged by their shard: still served.
   std::unordered_map<uint64_t, std::vector<std::byte>> evicted;
+  // Pass mode: keys of pushes waiting for their rows (key -> pushes). An
+  // evicted row of a pinned key outlives its acknowledgement (the acked
+  // version is kept in acked_pinned) until the last such push has run, so
+  // that the push sees every version written since its rows were served.
+  std::unordered_map<uint64_t, uint32_t> pinned;
+  std::unordered_map<uint64_t, uint64_t> acked_pinned;
   size_t write_backs_in_flight = 0;
   std::vector<caf::typed_response_promise<ok_atom>> flush_waiters;
   uint64_t clock = 0;  // lookups served (async staleness)
@@ -82,6 +88,26 @@ void check_flush_waiters(cache_pointer self) {
   if (st.write_backs_in_flight > 0 || st.flush_waiters.empty()) return;
   for (auto& p : st.flush_waiters) p.deliver(ok_atom::value);
   st.flush_waiters.clear();
+}
+
+void pin(cache_pointer self, const std::vector<uint64_t>& keys) {
+  for (uint64_t k : keys) ++self->state.pinned[k];
+}
+
+// Releases the evicted rows of `keys` acknowledged while they were pinned.
+void unpin(cache_pointer self, const std::vector<uint64_t>& keys) {
+  auto& st = self->state;
+  for (uint64_t k : keys) {
+    auto it = st.pinned.find(k);
+    if (it == st.pinned.end() || --it->second > 0) continue;
+    st.pinned.erase(it);
+    auto acked = st.acked_pinned.find(k);
+    if (acked == st.acked_pinned.end()) continue;
+    if (auto ev = st.evicted.find(k);
+        ev != st.evicted.end() && meta_of(ev->second.data()).version == acked->second)
+      st.evicted.erase(ev);
+    st.acked_pinned.erase(acked);
+  }
 }
 
 // Sends whole rows back to their shards, keeping them readable until acked.
@@ -112,8 +138,12 @@ void write_back(cache_pointer self, const std::vector<uint64_t>& keys,
                 auto it = st.evicted.find(sent->keys[j]);
                 const auto* rec =
                     reinterpret_cast<const std::byte*>(sent->records.data()) + j * st.record_bytes;
-                if (it != st.evicted.end() &&
-                    meta_of(it->second.data()).version == meta_of(rec).version)
+                if (it == st.evicted.end() ||
+                    meta_of(it->second.data()).version != meta_of(rec).version)
+                  continue;
+                if (st.pinned.count(sent->keys[j]))
+                  st.acked_pinned[sent->keys[j]] = meta_of(rec).version;
+                else
                   st.evicted.erase(it);
               }
               --st.write_backs_in_flight;
@@ -235,15 +265,33 @@ void fill_rows(cache_pointer self, std::shared_ptr<pending_fill> fill, bool coun
               st.pull_latency.observe(st.now() - sent);
               auto* out = reinterpret_cast<std::byte*>(fill->rows.records.data());
               const auto* in = reinterpret_cast<const std::byte*>(reply.rows.records.data());
+              // The shard's answer predates whatever this tier did to the
+              // keys since the pull was sent: a row brought in by another
+              // fill and updated here (still resident, or evicted dirty and
+              // in the evicted buffer, whose release waits for an ack that
+              // the shard sends after this reply). The newest copy is served
+              // and inserted.
+              std::vector<std::byte> resident(reply.rows.records.size());
+              std::vector<uint32_t> absent(reply.rows.keys.size());
+              cache_counts q;
+              run_sync("cache query", [&](cache_completion done) {
+                st.cache->query(host_span(std::span<const uint64_t>(reply.rows.keys)),
+                                host_span(std::span<std::byte>(resident)),
+                                host_span(std::span<uint32_t>(absent)), q, std::move(done));
+              });
+              absent.resize(q.misses);
               std::vector<uint64_t> admitted_keys;
               std::vector<std::byte> admitted_rows;
+              size_t a = 0;
               for (size_t j = 0; j < reply.rows.keys.size(); ++j) {
                 const std::byte* rec = in + j * st.record_bytes;
-                // The key may have been evicted dirty while this pull was in
-                // flight: the shard's answer predates that write-back.
+                const bool is_resident = !(a < absent.size() && absent[a] == j);
+                if (!is_resident) ++a;
+                const std::byte* cached = resident.data() + j * st.record_bytes;
+                if (is_resident && meta_of(cached).version >= meta_of(rec).version) rec = cached;
                 if (auto ev = st.evicted.find(reply.rows.keys[j]);
                     ev != st.evicted.end() &&
-                    meta_of(ev->second.data()).version >= meta_of(rec).version)
+                    meta_of(ev->second.data()).version > meta_of(rec).version)
                   rec = ev->second.data();
                 if (!reply.admitted.empty() && !reply.admitted[j]) {
                   fill->not_admitted.insert(reply.rows.keys[j]);
@@ -273,11 +321,9 @@ void fill_rows(cache_pointer self, std::shared_ptr<pending_fill> fill, bool coun
 void push_to_shards(cache_pointer self, const push_request& req, push_done done, push_failed fail);
 
 // Pass mode: applies gradients in the cache; missing rows are pulled first.
-// Rows that still don't fit (a batch larger than the cache) are pushed to
-// their shards, which apply them as in async mode: in pass mode this cache
-// owns the key, and its write-back of the key, if any, reaches the shard
-// first (per-peer FIFO). Versions for the ack are read right after each
-// update, before a later insert can evict the row.
+// Rows that still don't fit (a batch larger than the cache) are updated
+// here all the same and written back (apply_overflow). Versions for the ack
+// are read right after each update, before a later insert can evict the row.
 struct pass_push {
   push_request req;
   push_ack ack;
@@ -398,14 +444,22 @@ void apply_in_cache(cache_pointer self, const push_request& req, push_done done,
     p->done(std::move(p->ack));
     return;
   }
-  // Bring the missing rows in, then apply their gradients.
+  // Bring the missing rows in, then apply their gradients. The keys stay
+  // pinned meanwhile: a row served now may be updated, evicted and
+  // acknowledged before the last pull returns, and the overflow must then
+  // find that newer version in the evicted buffer.
   auto fill = std::make_shared<pending_fill>();
   for (uint32_t i : misses) fill->keys.push_back(req.keys[i]);
-  fill->fail = [p](caf::error& err) { p->fail(err); };
+  pin(self, fill->keys);
+  fill->fail = [self, p, keys = fill->keys](caf::error& err) {
+    unpin(self, keys);
+    p->fail(err);
+  };
   pending_fill* pulled = fill.get();  // alive while `then` runs (finish_fill holds it)
   fill->then = [self, p, misses, pulled]() {
     auto still = update_positions(self, *p, misses);
     if (!still.empty()) apply_overflow(self, *p, still, *pulled);
+    unpin(self, pulled->keys);
     p->done(std::move(p->ack));
   };
   fill_rows(self, fill, false);

@@ -265,6 +265,104 @@ TEST(CacheTier, LatePrefetchDoesNotOverwriteANewerRow) {
   EXPECT_EQ(meta_of(rows_of(rows.rows, table.layout)[0]).version, 1u);
 }
 
+// A stale pull reply for a key that is resident and dirty must not win, not
+// even when inserting the reply's own batch evicts the dirty copy before the
+// key's turn (cache_backend::insert processes a set in ascending key order).
+TEST(CacheTier, StalePullReplyDoesNotReplaceADirtyRowItsBatchEvicts) {
+  actor_harness h;
+  auto table = sgd_table(1, initializer_kind::zeros);
+  auto held = std::make_shared<size_t>(0);
+  shard_actor shard = h.system().spawn(fake_shard, table, held);
+  cache_config c;
+  c.table = table;
+  c.geometry.sets = 1;  // one set of 32 slots
+  auto cache = *spawn_cache_tier(h.system(), c, training_mode::pass, {shard}, partition_map(8, 1));
+  auto send = [&](auto... xs) {
+    h.system().spawn([=](caf::event_based_actor* self) { self->send(xs...); });
+    h.sched().run();
+  };
+  const uint64_t key = 100;
+  // 1. A prefetch of the key, then one of 32 smaller keys and the key: both
+  //    ask the shard, which holds the answers.
+  send(cache, prefetch_atom::value, std::vector<uint64_t>{key});
+  std::vector<uint64_t> batch;
+  for (uint64_t k = 1; k <= 32; ++k) batch.push_back(k);
+  batch.push_back(key);
+  send(cache, prefetch_atom::value, batch);
+  ASSERT_EQ(*held, 2u);
+  // 2. The first answer comes; a push updates the key in the cache (dirty).
+  send(shard, tick_atom::value, uint32_t{0});
+  push_request req;
+  req.keys = {key};
+  req.grads = {-5.0f};
+  auto ack = h.ask<push_ack>(cache, push_atom::value, req);
+  h.sched().run();
+  ASSERT_TRUE(ack->value);
+  EXPECT_EQ(ack->value->versions[0], 1u);
+  // 3. The second, older answer: its 32 small keys evict the dirty row
+  //    (written back) before the key itself is inserted.
+  send(shard, tick_atom::value, uint32_t{1});
+  auto rows = h.call<lookup_reply>(cache, lookup_atom::value, std::vector<uint64_t>{key});
+  EXPECT_EQ(weights_of(rows_of(rows.rows, table.layout)[0])[0], 5.0f);
+  EXPECT_EQ(meta_of(rows_of(rows.rows, table.layout)[0]).version, 1u);
+}
+
+// A pass-mode push waits for rows from two shards. Meanwhile a row it was
+// already served is updated by another push, evicted and acknowledged: the
+// waiting push must still build on that newer version (its keys are
+// pinned in the evicted buffer until it has run).
+TEST(CacheTier, WaitingPushSeesAVersionWrittenBackWhileItWaited) {
+  actor_harness h;
+  auto table = sgd_table(1, initializer_kind::zeros);
+  auto held0 = std::make_shared<size_t>(0), held1 = std::make_shared<size_t>(0);
+  std::vector<shard_actor> shards{h.system().spawn(fake_shard, table, held0),
+                                  h.system().spawn(fake_shard, table, held1)};
+  const partition_map map(8, 2);
+  cache_config c;
+  c.table = table;
+  c.geometry.sets = 1;  // one set of 32 slots
+  auto cache = *spawn_cache_tier(h.system(), c, training_mode::pass, shards, map);
+  auto send = [&](auto... xs) {
+    h.system().spawn([=](caf::event_based_actor* self) { self->send(xs...); });
+    h.sched().run();
+  };
+  uint64_t a = 1, b = 1;
+  while (map.shard_of(a) != 0) ++a;
+  while (map.shard_of(b) != 1) ++b;
+  auto push = [&](std::vector<uint64_t> keys, float inc) {
+    push_request req;
+    req.grads.assign(keys.size(), -inc);
+    req.keys = std::move(keys);
+    return h.ask<push_ack>(cache, push_atom::value, req);
+  };
+  // 1. Push P of a and b: both miss, one pull per shard, both held.
+  auto p = push({a, b}, 5.0f);
+  h.sched().run();
+  ASSERT_EQ(*held0, 1u);
+  ASSERT_EQ(*held1, 1u);
+  // 2. Shard 0 answers: a is inserted (version 0) and served to P.
+  send(shards[0], tick_atom::value, uint32_t{0});
+  // 3. Push Q of a hits: version 1, dirty.
+  auto q = push({a}, 3.0f);
+  h.sched().run();
+  ASSERT_TRUE(q->value);
+  EXPECT_EQ(q->value->versions[0], 1u);
+  // 4. 32 other keys come in and evict a (written back, acknowledged).
+  std::vector<uint64_t> others;
+  for (uint64_t k = 1000; others.size() < 32; ++k)
+    if (k != a && k != b) others.push_back(k);
+  send(cache, prefetch_atom::value, others);
+  send(shards[0], tick_atom::value, uint32_t{1});
+  send(shards[1], tick_atom::value, uint32_t{1});
+  // 5. Shard 1 answers P. a is not resident: P applies its update to the
+  //    newest copy, Q's (kept in the evicted buffer while P waited), not to
+  //    the row P was served in step 2.
+  send(shards[1], tick_atom::value, uint32_t{0});
+  ASSERT_TRUE(p->value);
+  EXPECT_EQ(p->value->versions[0], 2u) << "P's update of key " << a << " lost Q's";
+  EXPECT_EQ(p->value->versions[1], 1u);
+}
+
 // Graceful stop: cache drain writes every dirty row back, shard drain
 // makes it durable; reopening LMDB finds every acknowledged update.
 TEST(CacheTier, GracefulStopLosesNoAcknowledgedUpdate) {
