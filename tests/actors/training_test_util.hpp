@@ -1,0 +1,153 @@
+// Helpers of the training-level actor tests: a deterministic actor system
+// on CAF's bare test_coordinator, and the exact-sum test's synthetic
+// batches and integer gradients (ARCHITECTURE.md, the exact-sum test).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <caf/all.hpp>
+#include <caf/scheduler/test_coordinator.hpp>
+#include <chrono>
+#include <cmath>
+#include <memory>
+#include <optional>
+#include <thread>
+
+#include "actors/coordinator_actor.hpp"
+#include "actors/training_protocol.hpp"
+#include "actors/worker_actor.hpp"
+
+namespace strata::actors {
+
+// --- a deterministic actor system ------------------------------------------------
+
+struct test_config : caf::actor_system_config {
+  test_config() {
+    set("scheduler.policy", caf::atom("testing"));
+    set("logger.verbosity", caf::atom("quiet"));
+    actors::add_message_types(*this);
+    actors::add_training_message_types(*this);
+  }
+};
+
+class deterministic_system {
+ public:
+  deterministic_system()
+      : system_(config_),
+        sched_(dynamic_cast<caf::scheduler::test_coordinator&>(system_.scheduler())) {}
+  caf::actor_system& system() { return system_; }
+
+  template <class Reply>
+  struct answer {
+    std::optional<Reply> value;
+    std::optional<caf::error> error;
+    bool done() const { return value || error; }
+  };
+
+  // Sends a request from a fresh client actor; the answer fills in as the
+  // scheduler runs.
+  template <class Reply, class Handle, class... Ts>
+  std::shared_ptr<answer<Reply>> ask(Handle handle, Ts... xs) {
+    auto out = std::make_shared<answer<Reply>>();
+    system_.spawn([out, handle, xs...](caf::event_based_actor* self) {
+      self->request(handle, caf::infinite, xs...)
+          .then([out](Reply& r) { out->value = std::move(r); },
+                [out](caf::error& e) { out->error = e; });
+    });
+    return out;
+  }
+
+  // Runs jobs (and timeouts) until `done()` or nothing is left to do.
+  // Actors on their own threads (if any) are waited for, up to a deadline.
+  template <class Done>
+  void run_until(Done done, std::chrono::seconds limit = std::chrono::seconds(60)) {
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    while (!done() && std::chrono::steady_clock::now() < deadline) {
+      if (sched_.run(1) > 0) continue;  // one job at a time: `done` is checked between jobs
+      if (sched_.trigger_timeouts() > 0) continue;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+
+  template <class Reply, class Handle, class... Ts>
+  Reply call(Handle handle, Ts... xs) {
+    auto a = ask<Reply>(handle, xs...);
+    run_until([&] { return a->done(); });
+    EXPECT_FALSE(a->error) << (a->error ? system_.render(*a->error) : "");
+    EXPECT_TRUE(a->value) << "no reply";
+    return a->value ? std::move(*a->value) : Reply{};
+  }
+
+  // Runs whatever is queued (e.g. exits), so the system can shut down.
+  void drain_jobs() { sched_.run(); }
+
+ private:
+  test_config config_;
+  caf::actor_system system_;
+  caf::scheduler::test_coordinator& sched_;
+};
+
+// Synthetic batches: `batches` batches of `examples` examples with
+// `features` keys each, drawn (with repeats) from [1, key_space] by a seeded
+// LCG, so the test can replay them.
+class synthetic_batches final : public batch_source {
+ public:
+  synthetic_batches(uint64_t seed, uint64_t batches, uint32_t examples, uint32_t features,
+                    uint64_t key_space)
+      : state_(seed * 0x9E3779B97F4A7C15ULL + 1),
+        batches_left_(batches),
+        examples_(examples),
+        features_(features),
+        key_space_(key_space) {}
+  expected<model::batch> next(size_t) override {
+    model::batch b;
+    if (batches_left_ == 0) return b;
+    --batches_left_;
+    for (uint32_t e = 0; e < examples_; ++e) {
+      model::example ex;
+      ex.label = static_cast<float>(e % 2);
+      for (uint32_t f = 0; f < features_; ++f) {
+        state_ = state_ * 6364136223846793005ULL + 1442695040888963407ULL;
+        ex.features.push_back({f, 1 + (state_ >> 33) % key_space_, 1.0f});
+      }
+      b.examples.push_back(std::move(ex));
+    }
+    return b;
+  }
+  uint64_t bad_lines() const override { return 0; }
+
+ private:
+  uint64_t state_;
+  uint64_t batches_left_;
+  uint32_t examples_, features_;
+  uint64_t key_space_;
+};
+
+// The integer increment of element `e` of key `key` seen in slot `slot`.
+inline float increment(uint64_t key, uint32_t e, uint32_t slot) {
+  return static_cast<float>(1 + (key * 7 + e * 3 + slot) % 5);
+}
+
+// Pushes negated increments (the tables apply w -= lr * grad with lr 1), and
+// checks that every row it is served holds whole numbers (sums so far).
+class increment_gradients final : public gradient_source {
+ public:
+  increment_gradients(uint32_t dim, std::shared_ptr<uint64_t> bad_rows)
+      : dim_(dim), bad_rows_(std::move(bad_rows)) {}
+  model::batch_result compute(const model::batch& batch, std::span<const float> rows,
+                              std::span<const float>) override {
+    model::batch_result out;
+    for (float w : rows)
+      if (w < 0 || w != std::floor(w)) ++*bad_rows_;
+    for (const auto& ex : batch.examples)
+      for (const auto& f : ex.features)
+        for (uint32_t e = 0; e < dim_; ++e) out.row_grads.push_back(-increment(f.key, e, f.slot));
+    return out;
+  }
+
+ private:
+  uint32_t dim_;
+  std::shared_ptr<uint64_t> bad_rows_;
+};
+
+}  // namespace strata::actors
