@@ -632,6 +632,10 @@ coordinator_actor::behavior_type coordinator_behavior(coordinator_pointer self, 
                                   "' has no checkpoint directory (manifest: checkpoint.dir)"));
         else if (s.failed)
           promise.deliver(caf::make_error(caf::sec::runtime_error, "training has failed"));
+        else if (s.ended)
+          promise.deliver(caf::make_error(caf::sec::invalid_argument,
+                                          "training has ended: checkpoints are taken at cuts of "
+                                          "a run (the final one at the stop)"));
         else
           s.on_demand.push_back(promise);  // taken at the next cut
         return promise;

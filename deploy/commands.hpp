@@ -34,5 +34,10 @@ void add_node_command(CLI::App& app, int& exit_code);
 // list (sizes, CRC32C), metadata, every row of every shard copy and, with a
 // manifest, the table layout; names the file and the problem.
 void add_checkpoint_command(CLI::App& app, int& exit_code);
+// `strata status|scale|stop --admin HOST:PORT [--token-file F]`: the admin
+// API's verbs (deploy/admin_server.hpp).
+void add_admin_commands(CLI::App& app, int& exit_code);
+// `strata checkpoint create --admin HOST:PORT [--token-file F]`.
+void add_checkpoint_create_command(CLI::App& checkpoint, int& exit_code);
 
 }  // namespace strata::cli

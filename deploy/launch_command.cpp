@@ -20,11 +20,11 @@
 
 #include <algorithm>
 #include <chrono>
-#include <mutex>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <string>
 #include <system_error>
@@ -33,6 +33,7 @@
 #include "actors/checkpoint.hpp"
 #include "actors/coordinator_actor.hpp"
 #include "actors/local_cluster.hpp"
+#include "deploy/admin_server.hpp"
 #include "deploy/commands.hpp"
 #include "deploy/manifest.hpp"
 #include "deploy/status_line.hpp"
@@ -253,8 +254,9 @@ expected<fs::path> resolve_resume(const fs::path& dir) {
   if (fs::exists(dir / actors::checkpoint_meta_name, ec)) return dir;
   auto latest = actors::latest_checkpoint(dir);
   if (!latest)
-    return error(errc::not_found, dir.string() + ": no complete checkpoint there (a checkpoint "
-                                                 "directory has a FILES list once complete)");
+    return error(errc::not_found, dir.string() +
+                                      ": no complete checkpoint there (a checkpoint "
+                                      "directory has a FILES list once complete)");
   return *latest;
 }
 
@@ -326,8 +328,8 @@ int run_node(const std::string& path, const std::string& node, const std::string
     std::string every = "stop only";
     if (ck.interval_batches) every = std::to_string(ck.interval_batches) + " batches per worker";
     if (ck.interval_seconds) every = std::to_string(ck.interval_seconds) + " s";
-    std::printf("checkpoints: into %s, every %s, keeping %u\n", ck.directory.c_str(),
-                every.c_str(), ck.keep);
+    std::printf("checkpoints: into %s, every %s, keeping %u\n", ck.directory.c_str(), every.c_str(),
+                ck.keep);
   }
 
   const auto& c = m.cluster;
@@ -359,13 +361,43 @@ int run_node(const std::string& path, const std::string& node, const std::string
   const uint64_t total = planned_examples(c);
   status_line line;
   bool printed = false;
+  // The admin API (admin.port): served from the coordinator's start until
+  // the report is printed.
+  std::string token;
+  if (m.admin.port != 0) {
+    auto read = deploy::admin_token(m);
+    if (!read) return fail(read.err());
+    token = *read;
+  }
+  std::unique_ptr<deploy::admin_server> admin;
+  std::optional<error> admin_failure;
+  auto start_admin = [&](caf::actor_system& system, const actors::training_cluster& cluster) {
+    if (m.admin.port == 0) return;
+    deploy::admin_config ac;
+    ac.bind_address = m.admin.bind_address;
+    ac.port = m.admin.port;
+    ac.token = token;
+    ac.cluster = c.name;
+    ac.nodes.push_back({m.metrics.node, m.admin.bind_address});
+    auto started = deploy::admin_server::start(ac, system, cluster.coordinator);
+    if (!started) {
+      admin_failure = started.err();
+      caf::anon_send(cluster.coordinator, actors::stop_atom::value);
+      return;
+    }
+    admin = std::move(*started);
+    std::printf("admin: serving %s\n", admin->url().c_str());
+    std::fflush(stdout);
+  };
   actors::cluster_hooks hooks;
-  hooks.started = [&](caf::actor_system&, const actors::training_cluster& cluster) {
+  hooks.started = [&](caf::actor_system& system, const actors::training_cluster& cluster) {
     signals.watch(cluster.coordinator);
+    start_admin(system, cluster);
   };
   if (metrics) {
     hooks.started = [&](caf::actor_system& system, const actors::training_cluster& cluster) {
       signals.watch(cluster.coordinator);
+      start_admin(system, cluster);
       std::vector<caf::actor> others;
       for (const auto& w : cluster.workers) others.push_back(caf::actor_cast<caf::actor>(w));
       others.push_back(caf::actor_cast<caf::actor>(cluster.dense));
@@ -396,6 +428,8 @@ int run_node(const std::string& path, const std::string& node, const std::string
       hooks);
   signals.forget();
   line.done();
+  if (admin) admin->stop();
+  if (admin_failure) return fail(*admin_failure);
   if (!report) return fail(report.err());
   if (!printed) print_report(m, *report);
   std::fflush(stdout);

@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   strata::cli::add_datagen_command(app, exit_code);
   strata::cli::add_bench_command(app, exit_code);
   strata::cli::add_checkpoint_command(app, exit_code);
+  strata::cli::add_admin_commands(app, exit_code);
 
   CLI11_PARSE(app, argc, argv);
   return exit_code;

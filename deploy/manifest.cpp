@@ -390,6 +390,8 @@ struct raw_manifest {
 
   actors::dense_config dense;
   metrics_settings metrics;
+  admin_settings admin;
+  std::string admin_token_file;
   actors::checkpoint_settings checkpoint;
   failure_policy on_failure = failure_policy::stop;
   uint32_t max_restarts = 3;
@@ -552,6 +554,14 @@ void read_dense(section s, raw_manifest& r) {
   s.finish();
 }
 
+void read_admin(section s, raw_manifest& r) {
+  s.unsigned_int("port", r.admin.port);
+  s.text("bind_address", r.admin.bind_address);
+  s.text("token", r.admin.token);
+  s.text("token_file", r.admin_token_file);
+  s.finish();
+}
+
 void read_metrics(section s, raw_manifest& r) {
   s.unsigned_int("port", r.metrics.port);
   s.text("bind_address", r.metrics.bind_address);
@@ -576,6 +586,12 @@ uint32_t reader_slots(const raw_manifest& r) {
 }
 
 void check_rules(const raw_manifest& r, diagnostics& diag) {
+  if (r.admin.port != 0 && r.admin.token.empty() && r.admin_token_file.empty())
+    diag.fail_at(
+        "admin.port",
+        "the admin API needs admin.token or admin.token_file (requests without it get 401)");
+  if (!r.admin.token.empty() && !r.admin_token_file.empty())
+    diag.fail_at("admin.token", "give admin.token or admin.token_file, not both");
   const uint32_t row_dim = r.model.row_dim();
   if (r.table_dim && *r.table_dim != row_dim)
     diag.fail_at("table.dim", "must be model.embedding_dim + 1 = " + std::to_string(row_dim) +
@@ -688,6 +704,8 @@ manifest build(const raw_manifest& r, const std::string& file) {
   m.split = r.split;
   m.ssd_path = r.ssd_path;
   m.metrics = r.metrics;
+  m.admin = r.admin;
+  m.admin.token_file = r.admin_token_file;
   if (m.metrics.node.empty()) m.metrics.node = r.name;
   m.on_failure = r.on_failure;
   m.max_restarts = r.max_restarts;
@@ -747,6 +765,22 @@ manifest build(const raw_manifest& r, const std::string& file) {
 }
 
 }  // namespace
+
+expected<std::string> admin_token(const manifest& m) {
+  if (m.admin.token_file.empty()) return m.admin.token;
+  std::ifstream in(m.admin.token_file);
+  if (!in)
+    return error(errc::io_error, m.file.string() + ": admin.token_file: cannot read " +
+                                     m.admin.token_file.string());
+  std::string token((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  while (!token.empty() && std::isspace(static_cast<unsigned char>(token.back()))) token.pop_back();
+  while (!token.empty() && std::isspace(static_cast<unsigned char>(token.front())))
+    token.erase(token.begin());
+  if (token.empty())
+    return error(errc::invalid_argument, m.file.string() + ": admin.token_file: " +
+                                             m.admin.token_file.string() + " is empty");
+  return token;
+}
 
 std::filesystem::path shard_directory(const std::filesystem::path& ssd_path, uint32_t index) {
   return ssd_path / ("shard-" + std::to_string(index));
@@ -825,6 +859,7 @@ expected<manifest> parse_manifest(std::string_view text, const std::string& file
     read_data(top.child("data"), r);
     read_dense(top.child("dense"), r);
     read_metrics(top.child("metrics"), r);
+    read_admin(top.child("admin"), r);
     read_checkpoint(top.child("checkpoint"), r);
     top.finish();
   } catch (const YAML::Exception& e) {
