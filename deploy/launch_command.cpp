@@ -378,7 +378,8 @@ int run_node(const std::string& path, const std::string& node, const std::string
     ac.port = m.admin.port;
     ac.token = token;
     ac.cluster = c.name;
-    ac.nodes.push_back({m.metrics.node, m.admin.bind_address});
+    for (const auto& n : m.nodes) ac.nodes.push_back({n.name, n.host});
+    if (ac.nodes.empty()) ac.nodes.push_back({m.metrics.node, m.admin.bind_address});
     auto started = deploy::admin_server::start(ac, system, cluster.coordinator);
     if (!started) {
       admin_failure = started.err();

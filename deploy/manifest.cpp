@@ -288,6 +288,27 @@ class section {
     return all_ok;
   }
 
+  // A list of mappings: `item(section, index)` for each (a section of its
+  // own, so unknown keys are named with their index).
+  template <class F>
+  bool sections(std::string_view key, F&& item) {
+    auto found = find(key);
+    if (!found) return false;
+    const auto& [node, mark] = *found;
+    const std::string path = path_of(key);
+    if (!node.IsSequence()) {
+      diag_.fail(mark, path, "expected a list of mappings, got " + describe(node));
+      return false;
+    }
+    for (size_t i = 0; i < node.size(); ++i) {
+      const std::string item_path = path + "[" + std::to_string(i) + "]";
+      item(section(diag_, node[i], item_path, node[i].Mark()), i, node[i].Mark());
+    }
+    return true;
+  }
+  // The raw node of `key` (marked as known), for values of several shapes.
+  std::optional<std::pair<YAML::Node, YAML::Mark>> raw(std::string_view key) { return find(key); }
+
   // Reports every key that no reader asked for.
   void finish() {
     if (!is_map_) return;
@@ -390,6 +411,10 @@ struct raw_manifest {
 
   actors::dense_config dense;
   metrics_settings metrics;
+  std::vector<node_settings> nodes;
+  std::vector<YAML::Mark> node_marks;
+  std::vector<std::string> placement;  // one node name per shard; empty: spread
+  std::vector<std::pair<std::string, YAML::Mark>> placement_marks;
   admin_settings admin;
   std::string admin_token_file;
   actors::checkpoint_settings checkpoint;
@@ -461,6 +486,8 @@ void read_checkpoint(section s, raw_manifest& r) {
   s.finish();
 }
 
+void read_placement(section& s, raw_manifest& r);
+
 void read_shards(section s, raw_manifest& r) {
   s.unsigned_int("count", r.shard_count, 1, 4096);
   s.size("dram_bytes", r.dram.capacity_bytes);
@@ -474,6 +501,7 @@ void read_shards(section s, raw_manifest& r) {
   s.boolean("sync", r.lmdb_sync);
   s.unsigned_int("flush_batch_rows", r.flush_batch_rows, 1, 1u << 24);
   s.unsigned_int("max_flushes_in_flight", r.max_flushes_in_flight, 1, 1024);
+  read_placement(s, r);
   s.finish();
 }
 
@@ -554,6 +582,50 @@ void read_dense(section s, raw_manifest& r) {
   s.finish();
 }
 
+void read_nodes(section& top, raw_manifest& r) {
+  top.sections("nodes", [&r](section n, size_t, const YAML::Mark& mark) {
+    node_settings node;
+    n.require("name");
+    n.text("name", node.name);
+    n.require("host");
+    n.text("host", node.host);
+    n.unsigned_int("transport_port", node.transport_port);
+    n.unsigned_int("devices", node.devices, 0, 64);
+    n.size("dram_bytes", node.dram_bytes);
+    n.path_value("ssd_path", node.ssd_path);
+    n.unsigned_int("metrics_port", node.metrics_port);
+    n.unsigned_int("admin_port", node.admin_port);
+    n.finish();
+    r.nodes.push_back(node);
+    r.node_marks.push_back(mark);
+  });
+}
+
+void read_placement(section& s, raw_manifest& r) {
+  auto found = s.raw("placement");
+  if (!found) return;
+  const auto& [node, mark] = *found;
+  const std::string path = s.path_of("placement");
+  if (node.IsScalar()) {
+    if (node.Scalar() != "spread")
+      s.diag().fail(mark, path,
+                    "expected \"spread\" or a list of node names, got \"" + node.Scalar() + "\"");
+    return;
+  }
+  if (!node.IsSequence()) {
+    s.diag().fail(mark, path, "expected \"spread\" or a list of node names");
+    return;
+  }
+  for (size_t i = 0; i < node.size(); ++i) {
+    if (!node[i].IsScalar() || node[i].Scalar().empty()) {
+      s.diag().fail(node[i].Mark(), path + "[" + std::to_string(i) + "]", "expected a node name");
+      continue;
+    }
+    r.placement.push_back(node[i].Scalar());
+    r.placement_marks.emplace_back(path + "[" + std::to_string(i) + "]", node[i].Mark());
+  }
+}
+
 void read_admin(section s, raw_manifest& r) {
   s.unsigned_int("port", r.admin.port);
   s.text("bind_address", r.admin.bind_address);
@@ -586,6 +658,26 @@ uint32_t reader_slots(const raw_manifest& r) {
 }
 
 void check_rules(const raw_manifest& r, diagnostics& diag) {
+  std::set<std::string> node_names;
+  for (size_t i = 0; i < r.nodes.size(); ++i) {
+    const auto& n = r.nodes[i];
+    const std::string path = "nodes[" + std::to_string(i) + "]";
+    if (!n.name.empty() && !node_names.insert(n.name).second)
+      diag.fail(r.node_marks[i], path + ".name", "duplicate node name \"" + n.name + "\"");
+    if (n.dram_bytes != 0 && n.dram_bytes < r.dram.capacity_bytes)
+      diag.fail(r.node_marks[i], path + ".dram_bytes",
+                "node budget " + format_size(n.dram_bytes) + " cannot hold one shard's " +
+                    "shards.dram_bytes (" + format_size(r.dram.capacity_bytes) + ")");
+  }
+  for (size_t i = 0; i < r.placement.size(); ++i)
+    if (!node_names.count(r.placement[i]))
+      diag.fail(r.placement_marks[i].second, r.placement_marks[i].first,
+                "shard " + std::to_string(i) + " placed on unknown node \"" + r.placement[i] +
+                    "\"" + (r.nodes.empty() ? " (the manifest has no nodes list)" : ""));
+  if (!r.placement.empty() && r.placement.size() != r.shard_count)
+    diag.fail_at("shards.placement", "names " + std::to_string(r.placement.size()) +
+                                         " nodes for shards.count " +
+                                         std::to_string(r.shard_count) + " shards");
   if (r.admin.port != 0 && r.admin.token.empty() && r.admin_token_file.empty())
     diag.fail_at(
         "admin.port",
@@ -705,6 +797,8 @@ manifest build(const raw_manifest& r, const std::string& file) {
   m.ssd_path = r.ssd_path;
   m.metrics = r.metrics;
   m.admin = r.admin;
+  m.nodes = r.nodes;
+  m.placement = r.placement;
   m.admin.token_file = r.admin_token_file;
   if (m.metrics.node.empty()) m.metrics.node = r.name;
   m.on_failure = r.on_failure;
@@ -849,6 +943,7 @@ expected<manifest> parse_manifest(std::string_view text, const std::string& file
   try {
     section top(diag, root, "", root.Mark());
     read_top(top, r);
+    read_nodes(top, r);
     read_table(top.child("table"), r);
     read_model(top.child("model"), r);
     top.require("shards");

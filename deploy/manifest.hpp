@@ -48,6 +48,20 @@ struct metrics_settings {
   uint32_t linger_seconds = 0;             // keep serving the final values this long after training
 };
 
+// `nodes[i]`: one host of the cluster (docs/manifest.md). The first node
+// runs the coordinator. Until the UCX transport lands a cluster runs on one
+// node; the list is validated so multi-node placement plugs in.
+struct node_settings {
+  std::string name;
+  std::string host;
+  uint16_t transport_port = 0;     // UCX listener; 0: chosen by the transport
+  uint32_t devices = 0;            // GPUs used (0: the CPU cache backend)
+  uint64_t dram_bytes = 0;         // DRAM budget of the node's shards (0: unchecked)
+  std::filesystem::path ssd_path;  // LMDB environments on this node (empty: shards.ssd_path)
+  uint16_t metrics_port = 0;
+  uint16_t admin_port = 0;
+};
+
 // `admin`: the coordinator node's admin API (deploy/admin_server.hpp).
 struct admin_settings {
   uint16_t port = 0;                       // 0: no admin API
@@ -74,6 +88,8 @@ struct manifest {
   std::filesystem::path ssd_path;  // shards' LMDB environments: ssd_path / "shard-<i>"
   metrics_settings metrics;        // node filled in (the cluster's name by default)
   admin_settings admin;
+  std::vector<node_settings> nodes;    // empty: one implicit node
+  std::vector<std::string> placement;  // shard -> node name; empty: spread
   failure_policy on_failure = failure_policy::stop;
   uint32_t max_restarts = 3;  // restarts before the launcher gives up (restart policy)
   // True once the training/held-out windows are in `cluster` (after
