@@ -7,6 +7,7 @@
 
 #include "bench/e2e_bench.hpp"
 #include "bench/report.hpp"
+#include "bench/scale_bench.hpp"
 #include "deploy/commands.hpp"
 #include "deploy/manifest.hpp"
 #if STRATA_WITH_GPU_BENCH
@@ -29,9 +30,9 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   };
   auto opts = std::make_shared<options>();
   auto* cmd = app.add_subcommand("bench", "benchmarks, side by side with their baselines");
-  cmd->add_option("suite", opts->suite, "suite to run: tiers, e2e, gpu")
+  cmd->add_option("suite", opts->suite, "suite to run: tiers, e2e, gpu, scale")
       ->required()
-      ->check(CLI::IsMember({"tiers", "e2e", "gpu"}));
+      ->check(CLI::IsMember({"tiers", "e2e", "gpu", "scale"}));
   cmd->add_flag("--json", opts->json, "one JSON object per result line");
   cmd->add_option("--json-out", opts->json_out,
                   "also write the results as JSON lines to this file (for bench/plot.sh)");
@@ -39,7 +40,9 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--keys", opts->keys,
                   "tiers: LMDB keys (default 1000000; 10000000 for the full size); "
                   "e2e: distinct keys of the generated data (default 200000)");
-  cmd->add_option("--rows", opts->rows, "e2e: training rows (default 200000; 50000 held out)");
+  cmd->add_option("--rows", opts->rows,
+                  "e2e: training rows (default 200000; 50000 held out); scale: rows moved "
+                  "(default 10000000)");
   cmd->add_option("--manifest", opts->manifest,
                   "e2e: model, tiers and workers (default deploy/examples/local.yaml)");
   cmd->add_option("--torch-script", opts->torch_script, "e2e: the PyTorch baseline script");
@@ -61,6 +64,11 @@ void add_bench_command(CLI::App& app, int& exit_code) {
         o.work_dir = work_dir;
         bench::run_dram_bench(o, report);
         bench::run_lmdb_bench(o, report);
+      } else if (opts->suite == "scale") {
+        bench::scale_bench_options o;
+        o.rows = cmd->count("--rows") ? opts->rows : (opts->small ? 20000 : 10'000'000);
+        o.work_dir = work_dir;
+        bench::run_scale_bench(o, report);
       } else if (opts->suite == "gpu") {
 #if STRATA_WITH_GPU_BENCH
         bench::gpu_bench_options o;
