@@ -37,6 +37,8 @@ void add_checkpoint_command(CLI::App& app, int& exit_code);
 // `strata status|scale|stop --admin HOST:PORT [--token-file F]`: the admin
 // API's verbs (deploy/admin_server.hpp).
 void add_admin_commands(CLI::App& app, int& exit_code);
+// `strata render k8s MANIFEST`: Kubernetes objects (deploy/render_k8s.hpp).
+void add_render_command(CLI::App& app, int& exit_code);
 // `strata checkpoint create --admin HOST:PORT [--token-file F]`.
 void add_checkpoint_create_command(CLI::App& checkpoint, int& exit_code);
 
