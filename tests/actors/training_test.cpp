@@ -261,57 +261,6 @@ INSTANTIATE_TEST_SUITE_P(Modes, ExactSum,
 
 // A model-training cluster of `workers` workers splitting `data` (a Criteo
 // TSV file) by line, two shards, two cache tiers.
-cluster_config model_cluster(training_mode mode, const std::filesystem::path& dir,
-                             const model::reader_config& data, uint32_t workers) {
-  cluster_config c;
-  c.name = "train";
-  c.mode = mode;
-  c.partitions = 256;
-  c.pass_batches = 16;
-  c.threads = 2;
-  c.model.slots = 39;
-  c.model.embedding_dim = 8;
-  c.model.hidden = {32, 16};
-  c.table.name = "ctr";
-  c.table.layout = row_layout{c.model.row_dim(), optimizer_kind::adagrad, true};
-  c.table.optimizer.kind = optimizer_kind::adagrad;
-  c.table.optimizer.learning_rate = 0.05f;
-  // Gradients are of the batch's mean loss (~1/batch per occurrence): a
-  // large starting accumulator would freeze the rows for thousands of steps.
-  c.table.optimizer.initial_accumulator = 1e-6f;
-  c.table.initializer.kind = initializer_kind::normal;
-  c.table.initializer.normal_stddev = 0.01f;
-  c.table.initializer.seed = 3;
-  c.dense.learning_rate = 0.002f;
-  for (uint32_t s = 0; s < 2; ++s) {
-    shard_config sc;
-    sc.index = s;
-    sc.table = c.table;
-    sc.dram.capacity_bytes = size_t{64} << 20;
-    sc.lmdb.directory = dir / ("shard" + std::to_string(s));
-    sc.lmdb.table = c.table.name;
-    sc.lmdb.partitions = c.partitions;
-    sc.lmdb.map_bytes = size_t{1} << 30;
-    c.shards.push_back(sc);
-  }
-  for (uint32_t i = 0; i < 2; ++i) {
-    cache_config cc;
-    cc.index = i;
-    cc.table = c.table;
-    cc.geometry.sets = 1024;
-    c.caches.push_back(cc);
-  }
-  for (uint32_t w = 0; w < workers; ++w) {
-    worker_config wc;
-    wc.index = w;
-    wc.data = data;
-    wc.data.shard_index = w;
-    wc.data.shard_count = workers;
-    wc.batch_size = 256;
-    c.workers.push_back(wc);
-  }
-  return c;
-}
 
 class SampleFile : public ::testing::TestWithParam<training_mode> {};
 
