@@ -270,10 +270,26 @@ int run_node(const std::string& path, const std::string& node, const std::string
   auto loaded = deploy::load_manifest(path);
   if (!loaded) return fail(loaded.err());
   deploy::manifest& m = *loaded;
-  if (!node.empty() && node != m.metrics.node)
+  if (!m.nodes.empty() && !node.empty()) {
+    std::string names;
+    bool known = false;
+    for (const auto& n : m.nodes) {
+      names += (names.empty() ? "" : ", ") + n.name;
+      known = known || n.name == node;
+    }
+    if (!known)
+      return fail(error(errc::not_found, path + ": no node '" + node + "' (nodes: " + names + ")"));
+    if (node != m.nodes.front().name)
+      return fail(error(errc::unavailable,
+                        path + ": node '" + node + "' is not the coordinator's node '" +
+                            m.nodes.front().name +
+                            "': nodes beyond the first need the UCX transport; until it lands "
+                            "the first node runs the whole cluster"));
+  } else if (!node.empty() && node != m.metrics.node) {
     return fail(error(errc::not_found, path + ": no node '" + node +
                                            "' (this manifest describes one node, '" +
                                            m.metrics.node + "')"));
+  }
   std::printf("manifest %s: ok (node %s, pid %d)\n", path.c_str(), m.metrics.node.c_str(),
               static_cast<int>(::getpid()));
 
