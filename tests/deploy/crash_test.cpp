@@ -6,13 +6,13 @@
 // sightings in the batches before each worker's recorded position — no
 // update missing, none extra — and that an interrupted checkpoint is never
 // used. Polls with deadlines; no fixed sleeps.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
-#include <fcntl.h>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -26,6 +26,7 @@
 #include "actors/worker_actor.hpp"
 #include "common/file_manifest.hpp"
 #include "deploy/manifest.hpp"
+#include "tests/deploy/process_util.hpp"
 #include "tests/tiers/test_util.hpp"
 #include "tiers/lmdb_tier.hpp"
 
@@ -35,71 +36,6 @@ namespace {
 namespace fs = std::filesystem;
 using strata::testing::temp_dir;
 using clock_type = std::chrono::steady_clock;
-
-// A process running the strata binary, its output in files.
-class strata_process {
- public:
-  strata_process(const std::vector<std::string>& args, const fs::path& out, const fs::path& err)
-      : out_(out), err_(err) {
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      const int o = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      const int e = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      ::dup2(o, 1);
-      ::dup2(e, 2);
-      std::vector<std::string> all = {STRATA_BINARY};
-      all.insert(all.end(), args.begin(), args.end());
-      std::vector<char*> argv;
-      for (auto& a : all) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      ::execv(argv[0], argv.data());
-      ::_exit(127);
-    }
-  }
-  ~strata_process() {
-    if (pid_ > 0 && !status_) {
-      ::kill(pid_, SIGKILL);
-      int st = 0;
-      ::waitpid(pid_, &st, 0);
-    }
-  }
-  pid_t pid() const { return pid_; }
-  // The exit status once the process ended, polling until `seconds` pass.
-  std::optional<int> wait(double seconds) {
-    const auto deadline = clock_type::now() + std::chrono::duration<double>(seconds);
-    while (!status_ && clock_type::now() < deadline) {
-      int st = 0;
-      if (::waitpid(pid_, &st, WNOHANG) == pid_) {
-        status_ = st;
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    return status_;
-  }
-  std::string out() const { return slurp(out_); }
-  std::string err() const { return slurp(err_); }
-  static std::string slurp(const fs::path& p) {
-    std::ifstream in(p);
-    std::stringstream s;
-    s << in.rdbuf();
-    return s.str();
-  }
-
- private:
-  fs::path out_, err_;
-  pid_t pid_ = -1;
-  std::optional<int> status_;
-};
-
-bool poll_until(const std::function<bool()>& done, double seconds) {
-  const auto deadline = clock_type::now() + std::chrono::duration<double>(seconds);
-  while (clock_type::now() < deadline) {
-    if (done()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return done();
-}
 
 struct crash_setup {
   temp_dir dir;
@@ -219,7 +155,8 @@ uint64_t total_batches(const fs::path& manifest) {
   auto m = deploy::load_manifest(manifest);
   auto split = deploy::resolve_data_split(*m);
   uint64_t total = 0;
-  for (const auto& w : m->cluster.workers) total += (w.data.limit + w.batch_size - 1) / w.batch_size;
+  for (const auto& w : m->cluster.workers)
+    total += (w.data.limit + w.batch_size - 1) / w.batch_size;
   return total;
 }
 
@@ -231,8 +168,8 @@ TEST(CrashRecovery, KillMidTrainingRestartsFromTheLatestCheckpoint) {
   auto s = make_setup("restart", 60000, 40);
   strata_process launcher({"launch", s->manifest.string()}, s->dir.path() / "out.txt",
                           s->dir.path() / "err.txt");
-  ASSERT_TRUE(poll_until([&] { return actors::complete_checkpoints(s->checkpoints).size() >= 2; },
-                         60))
+  ASSERT_TRUE(
+      poll_until([&] { return actors::complete_checkpoints(s->checkpoints).size() >= 2; }, 60))
       << launcher.err();
   auto pid = node_pid(launcher);
   ASSERT_TRUE(pid) << launcher.out();
@@ -273,8 +210,8 @@ TEST(CrashRecovery, KillMidCheckpointNeverUsesTheInterruptedOne) {
       if (!fs::exists(entry.path() / file_manifest_name)) return true;
     return false;
   };
-  ASSERT_TRUE(poll_until([&] { return actors::complete_checkpoints(s->checkpoints).size() >= 1; },
-                         60));
+  ASSERT_TRUE(
+      poll_until([&] { return actors::complete_checkpoints(s->checkpoints).size() >= 1; }, 60));
   auto pid = node_pid(launcher);
   ASSERT_TRUE(pid) << launcher.out();
   const bool caught = poll_until(torn_now, 10);
@@ -292,8 +229,8 @@ TEST(CrashRecovery, KillMidCheckpointNeverUsesTheInterruptedOne) {
 
   const auto complete = actors::latest_checkpoint(s->checkpoints);
   ASSERT_TRUE(complete);
-  const fs::path torn =
-      s->checkpoints / actors::checkpoint_name(actors::highest_checkpoint_epoch(s->checkpoints) + 1);
+  const fs::path torn = s->checkpoints / actors::checkpoint_name(
+                                             actors::highest_checkpoint_epoch(s->checkpoints) + 1);
   fs::copy(*complete, torn, fs::copy_options::recursive);
   fs::remove(torn / file_manifest_name);
   fs::resize_file(torn / "shard-0" / "data.mdb", fs::file_size(torn / "shard-0" / "data.mdb") / 2);
@@ -319,7 +256,8 @@ TEST(CrashRecovery, SigtermStopsGracefullyWithAFinalCheckpoint) {
   auto s = make_setup("stop", 60000, 1000000);
   strata_process launcher({"launch", s->manifest.string()}, s->dir.path() / "out.txt",
                           s->dir.path() / "err.txt");
-  ASSERT_TRUE(poll_until([&] { return launcher.out().find("training:") != std::string::npos; }, 60));
+  ASSERT_TRUE(
+      poll_until([&] { return launcher.out().find("training:") != std::string::npos; }, 60));
   ASSERT_TRUE(poll_until([&] { return fs::exists(s->dir.path() / "state" / "shard-0"); }, 60));
   ASSERT_EQ(::kill(launcher.pid(), SIGTERM), 0);
   auto status = launcher.wait(60);
