@@ -600,6 +600,26 @@ cache_tier_actor::behavior_type cache_behavior(cache_pointer self, cache_config 
         write_back_all(self, promise);
         return promise;
       },
+      [self](map_atom, const routing_table& table) -> caf::result<ok_atom> {
+        auto& st = self->state;
+        if (table.epoch <= st.map.epoch()) return ok_atom::value;  // not newer
+        if (table.owners.size() != st.map.partitions() || table.shards.empty() ||
+            std::any_of(table.owners.begin(), table.owners.end(),
+                        [&](uint32_t o) { return o >= table.shards.size(); }))
+          return caf::make_error(caf::sec::invalid_argument,
+                                 st.stats.name + ": map of epoch " + std::to_string(table.epoch) +
+                                     " does not match its " + std::to_string(st.map.partitions()) +
+                                     " partitions and " + std::to_string(table.shards.size()) +
+                                     " shards");
+        // Requests already sent under the old map are forwarded by the
+        // shard that no longer owns their keys.
+        st.map =
+            partition_map(table.epoch, table.owners, static_cast<uint32_t>(table.shards.size()));
+        st.shards.clear();
+        for (const auto& shard : table.shards)
+          st.shards.push_back(caf::actor_cast<shard_actor>(shard));
+        return ok_atom::value;
+      },
       [self](stats_atom) -> tier_stats {
         auto& st = self->state;
         tier_stats out = st.stats;

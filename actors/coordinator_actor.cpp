@@ -16,6 +16,8 @@ namespace strata::actors {
 void add_training_message_types(caf::actor_system_config& config) {
   config.add_message_type<worker_result>("strata::worker_result");
   config.add_message_type<training_summary>("strata::training_summary");
+  config.add_message_type<scale_result>("strata::scale_result");
+  config.add_message_type<cluster_status>("strata::cluster_status");
 }
 
 namespace {
@@ -59,6 +61,21 @@ struct coordinator_state {
   // cut after it arrived).
   std::vector<caf::typed_response_promise<std::string>> on_demand;
   std::vector<caf::typed_response_promise<std::string>> on_demand_writing;
+
+  // Scaling (docs/scaling.md): at most one scale at a time.
+  struct scaling_job {
+    partition_map next;
+    std::vector<shard_actor> shards;  // old and new: max(current, target)
+    std::vector<uint32_t> sources;    // shards that send partitions
+    size_t copies_missing = 0;
+    bool copied = false;
+    bool committing = false;
+    std::function<void()> resume;  // a final cut waiting for the commit
+    scale_result result;
+    caf::typed_response_promise<scale_result> promise;
+  };
+  std::optional<scaling_job> scaling;
+  bool ended = false;  // the run answered (or failed)
 };
 
 using coordinator_pointer = coordinator_actor::stateful_pointer<coordinator_state>;
@@ -67,6 +84,10 @@ void fail(coordinator_pointer self, caf::error err) {
   auto& st = self->state;
   if (st.failed) return;
   st.failed = true;
+  if (st.scaling) {
+    st.scaling->promise.deliver(err);
+    st.scaling.reset();
+  }
   if (st.run) {
     st.run->deliver(err);
     st.run.reset();
@@ -130,6 +151,7 @@ void finish(coordinator_pointer self) {
                 s.run->deliver(s.summary);
                 s.run.reset();
               }
+              s.ended = true;
             },
             drain_atom::value);
       },
@@ -144,6 +166,9 @@ bool all_finished(const coordinator_state& st) {
 
 bool checkpoint_due(const coordinator_state& st) {
   if (!st.plan.settings.enabled()) return false;
+  // While partitions are being copied, a destination holds rows it does
+  // not own yet: the checkpoint waits for the commit.
+  if (st.scaling) return false;
   if (st.due || !st.on_demand.empty()) return true;
   const uint64_t every = st.plan.settings.interval_batches;
   if (every == 0) return false;
@@ -276,7 +301,18 @@ void take_checkpoint(coordinator_pointer self, std::function<void()> resume) {
 // The end of training (data exhausted or a stop): a final checkpoint if
 // configured, then the graceful stop. The final checkpoint is complete
 // before the drain begins.
+void at_cut(coordinator_pointer self, std::function<void()> next, bool final);
+
+void end_training_now(coordinator_pointer self);
+
 void end_training(coordinator_pointer self) {
+  // A scale in progress commits first, so the final checkpoint and the
+  // drain see the new map.
+  at_cut(
+      self, [self] { end_training_now(self); }, true);
+}
+
+void end_training_now(coordinator_pointer self) {
   auto& st = self->state;
   st.summary.stopped = !all_finished(st);
   if (!st.plan.settings.enabled() || !st.plan.settings.at_stop) {
@@ -347,11 +383,17 @@ void async_round(coordinator_pointer self) {
       end_training(self);
       return;
     }
-    if (checkpoint_due(s) && !s.writing) {
-      take_checkpoint(self, [self] { async_round(self); });
-      return;
-    }
-    async_round(self);
+    at_cut(
+        self,
+        [self] {
+          auto& s = self->state;
+          if (checkpoint_due(s) && !s.writing) {
+            take_checkpoint(self, [self] { async_round(self); });
+            return;
+          }
+          async_round(self);
+        },
+        false);
   });
 }
 
@@ -367,17 +409,208 @@ void start_pass(coordinator_pointer self) {
                 ++s.summary.passes;
                 ++s.pass;
                 // A pass boundary: every update is back in the shards.
-                if (all_finished(s) || s.stop_requested)
+                if (all_finished(s) || s.stop_requested) {
                   end_training(self);
-                else if (checkpoint_due(s) && !s.writing)
-                  take_checkpoint(self, [self] { start_pass(self); });
-                else
-                  start_pass(self);
+                  return;
+                }
+                at_cut(
+                    self,
+                    [self] {
+                      auto& s = self->state;
+                      if (checkpoint_due(s) && !s.writing)
+                        take_checkpoint(self, [self] { start_pass(self); });
+                      else
+                        start_pass(self);
+                    },
+                    false);
               },
               pass_end_atom::value, self->state.pass);
         });
       },
       pass_start_atom::value, self->state.pass);
+}
+
+// --- scaling ------------------------------------------------------------------------
+
+bool training_running(const coordinator_state& s) { return s.run.has_value(); }
+
+routing_table routing_of(const partition_map& map, const std::vector<shard_actor>& shards) {
+  routing_table t;
+  t.epoch = map.epoch();
+  t.owners = map.owners();
+  for (const auto& s : shards) t.shards.push_back(caf::actor_cast<caf::actor>(s));
+  return t;
+}
+
+// Fence (every source sends its touched rows and forwards from then on),
+// then commit the new map to every shard and cache tier; retired shards
+// exit and their files go; then `next` (training resumes).
+void fence_and_commit(coordinator_pointer self, std::function<void()> next) {
+  auto& job = *self->state.scaling;
+  job.committing = true;
+  const uint64_t epoch = job.next.epoch();
+  auto missing = std::make_shared<size_t>(job.sources.size());
+  auto commit = [self, next] {
+    auto& job = *self->state.scaling;
+    const uint32_t target = job.next.shards();
+    std::vector<shard_actor> kept(job.shards.begin(), job.shards.begin() + target);
+    const routing_table table = routing_of(job.next, kept);
+    auto done = [self, next, kept] {
+      auto& s = self->state;
+      auto& job = *s.scaling;
+      const uint32_t target = job.next.shards();
+      for (size_t i = target; i < job.shards.size(); ++i) {
+        self->unlink_from(job.shards[i]);
+        caf::anon_send_exit(job.shards[i], caf::exit_reason::user_shutdown);
+        if (s.peers.factory.remove_files) s.peers.factory.remove_files(static_cast<uint32_t>(i));
+      }
+      s.plan.map = job.next;
+      s.peers.shards = kept;
+      job.result.epoch = job.next.epoch();
+      job.result.shards = target;
+      auto answer = [self, next] {
+        auto& s = self->state;
+        if (!s.scaling) return;
+        s.scaling->promise.deliver(s.scaling->result);
+        s.scaling.reset();
+        if (next) next();
+      };
+      // No training (before the run or after its drain): the moved rows
+      // are made durable now, as a graceful stop would.
+      if (!training_running(s))
+        on_all_ok(self, kept, answer, drain_atom::value);
+      else
+        answer();
+    };
+    auto acks = std::make_shared<size_t>(job.shards.size() + self->state.peers.caches.size());
+    auto ack = [self, acks, done]() {
+      if (self->state.failed) return;
+      if (--*acks == 0) done();
+    };
+    for (const auto& shard : job.shards)
+      self->request(shard, caf::infinite, commit_atom::value, table)
+          .then([ack](ok_atom) { ack(); }, [self](caf::error& err) { fail(self, std::move(err)); });
+    for (const auto& cache : self->state.peers.caches)
+      self->request(cache, caf::infinite, map_atom::value, table)
+          .then([ack](ok_atom) { ack(); }, [self](caf::error& err) { fail(self, std::move(err)); });
+  };
+  if (*missing == 0) {
+    commit();
+    return;
+  }
+  for (uint32_t src : job.sources)
+    self->request(job.shards[src], caf::infinite, fence_atom::value, epoch)
+        .then(
+            [self, missing, commit](const migration_stats& delta) {
+              auto& s = self->state;
+              if (s.failed || !s.scaling) return;
+              s.scaling->result.delta_rows += delta.rows;
+              s.scaling->result.bytes += delta.bytes;
+              if (--*missing == 0) commit();
+            },
+            [self](caf::error& err) { fail(self, std::move(err)); });
+}
+
+// A cut (every push acknowledged; pass mode: caches written back): a
+// scale whose copy is done fences and commits here. `final` (training
+// ends) waits for a copy still running.
+void at_cut(coordinator_pointer self, std::function<void()> next, bool final) {
+  auto& s = self->state;
+  if (!s.scaling || s.scaling->committing || (s.writing && !final) ||
+      (!s.scaling->copied && !final)) {
+    next();
+    return;
+  }
+  if (!s.scaling->copied) {
+    s.scaling->resume = std::move(next);
+    return;
+  }
+  fence_and_commit(self, std::move(next));
+}
+
+// The copies of every source are acknowledged: commit now if no training
+// is running (or a final cut waits), else at the next cut.
+void copies_done(coordinator_pointer self) {
+  auto& s = self->state;
+  auto& job = *s.scaling;
+  job.copied = true;
+  if (job.resume) {
+    auto next = std::move(job.resume);
+    job.resume = nullptr;
+    fence_and_commit(self, std::move(next));
+  } else if (!training_running(s)) {
+    fence_and_commit(self, nullptr);
+  }
+}
+
+caf::typed_response_promise<scale_result> start_scale(coordinator_pointer self, uint32_t target) {
+  auto& s = self->state;
+  auto promise = self->make_response_promise<scale_result>();
+  const uint32_t current = static_cast<uint32_t>(s.peers.shards.size());
+  const uint32_t partitions = s.plan.map.partitions();
+  auto refuse = [&](std::string why) {
+    promise.deliver(caf::make_error(caf::sec::invalid_argument,
+                                    "cannot scale cluster '" + s.plan.cluster + "' to " +
+                                        std::to_string(target) + " shards: " + why));
+    return promise;
+  };
+  if (s.failed) return refuse("training has failed");
+  if (s.scaling)
+    return refuse("a scale to " + std::to_string(s.scaling->next.shards()) +
+                  " shards is in progress");
+  if (target == 0) return refuse("at least one shard is needed");
+  if (target > partitions)
+    return refuse("only " + std::to_string(partitions) + " partitions to spread");
+  if (target > current && !s.peers.factory.spawn) return refuse("this cluster cannot spawn shards");
+  if (target == current) {
+    promise.deliver(scale_result{s.plan.map.epoch(), current, 0, 0, 0, 0});
+    return promise;
+  }
+  coordinator_state::scaling_job job;
+  job.next = s.plan.map.rebalanced(target);
+  job.shards = s.peers.shards;
+  for (uint32_t i = current; i < target; ++i) {
+    auto spawned = s.peers.factory.spawn(i);
+    if (!spawned) {
+      for (uint32_t j = current; j < i; ++j) {
+        caf::anon_send_exit(job.shards[j], caf::exit_reason::user_shutdown);
+        if (s.peers.factory.remove_files) s.peers.factory.remove_files(j);
+      }
+      return refuse(spawned.err().to_string());
+    }
+    self->link_to(*spawned);  // they stop with the cluster
+    job.shards.push_back(*spawned);
+  }
+  std::vector<migration_order> orders(job.shards.size());
+  for (uint32_t p = 0; p < partitions; ++p) {
+    const uint32_t from = s.plan.map.owner(p), to = job.next.owner(p);
+    if (from == to) continue;
+    orders[from].epoch = job.next.epoch();
+    orders[from].partitions.push_back(p);
+    orders[from].destinations.push_back(caf::actor_cast<caf::actor>(job.shards[to]));
+    ++job.result.moved_partitions;
+  }
+  for (uint32_t i = 0; i < orders.size(); ++i)
+    if (!orders[i].partitions.empty()) job.sources.push_back(i);
+  job.copies_missing = job.sources.size();
+  job.promise = promise;
+  s.scaling = std::move(job);
+  if (s.scaling->sources.empty()) {
+    copies_done(self);
+    return promise;
+  }
+  for (uint32_t src : s.scaling->sources)
+    self->request(s.scaling->shards[src], caf::infinite, migrate_atom::value, orders[src])
+        .then(
+            [self](const migration_stats& copied) {
+              auto& s = self->state;
+              if (s.failed || !s.scaling) return;
+              s.scaling->result.copied_rows += copied.rows;
+              s.scaling->result.bytes += copied.bytes;
+              if (--s.scaling->copies_missing == 0) copies_done(self);
+            },
+            [self](caf::error& err) { fail(self, std::move(err)); });
+  return promise;
 }
 
 coordinator_actor::behavior_type coordinator_behavior(coordinator_pointer self, training_mode mode,
@@ -407,6 +640,10 @@ coordinator_actor::behavior_type coordinator_behavior(coordinator_pointer self, 
                                   "' has no checkpoint directory (manifest: checkpoint.dir)"));
         else if (s.failed)
           promise.deliver(caf::make_error(caf::sec::runtime_error, "training has failed"));
+        else if (s.ended)
+          promise.deliver(caf::make_error(caf::sec::invalid_argument,
+                                          "training has ended: checkpoints are taken at cuts of "
+                                          "a run (the final one at the stop)"));
         else
           s.on_demand.push_back(promise);  // taken at the next cut
         return promise;
@@ -421,6 +658,29 @@ coordinator_actor::behavior_type coordinator_behavior(coordinator_pointer self, 
       },
       [self](stats_atom) {
         return actor_stats{"coordinator", 0, static_cast<uint64_t>(self->mailbox().size())};
+      },
+      [self](scale_atom, uint32_t target) -> caf::typed_response_promise<scale_result> {
+        return start_scale(self, target);
+      },
+      [self](map_atom) -> cluster_status {
+        auto& s = self->state;
+        cluster_status out;
+        out.routing = routing_of(s.plan.map, s.peers.shards);
+        out.state = s.failed           ? "failed"
+                    : s.ended          ? "finished"
+                    : !s.run           ? "idle"
+                    : s.stop_requested ? "stopping"
+                                       : "training";
+        out.batches = s.progress.batches;
+        out.examples = s.progress.examples;
+        out.recent_loss = s.progress.recent_loss;
+        out.passes = s.summary.passes;
+        out.checkpoints = s.summary.checkpoints;
+        out.last_checkpoint = s.summary.last_checkpoint;
+        out.scaling_to = s.scaling ? s.scaling->next.shards() : 0;
+        out.workers = static_cast<uint32_t>(s.peers.workers.size());
+        for (const auto& c : s.peers.caches) out.caches.push_back(caf::actor_cast<caf::actor>(c));
+        return out;
       },
       [self](run_atom) -> caf::typed_response_promise<training_summary> {
         auto& s = self->state;
@@ -445,7 +705,6 @@ coordinator_actor::behavior_type coordinator_behavior(coordinator_pointer self, 
         s.history.push_back({report.examples, report.loss_sum});
         s.progress.examples += report.examples;
         s.progress.batches += report.batches;
-        if (!s.sink) return;
         const size_t n = std::min(recent_loss_batches, s.history.size());
         uint64_t examples = 0;
         double loss = 0;
@@ -454,7 +713,7 @@ coordinator_actor::behavior_type coordinator_behavior(coordinator_pointer self, 
           loss += s.history[i].loss_sum;
         }
         s.progress.recent_loss = examples == 0 ? 0 : loss / static_cast<double>(examples);
-        s.sink(s.progress);
+        if (s.sink) s.sink(s.progress);
       },
   };
 }
@@ -480,6 +739,18 @@ void training_cluster::stop() {
   for (auto& c : caches) exit(c);
   for (auto& s : shards) exit(s);
 }
+
+namespace {
+
+// "root/shard0" -> "root/shard<index>", "state/shard-0" -> "state/shard-<index>":
+// the trailing digits of the name replaced (appended if there are none).
+std::filesystem::path numbered_sibling(const std::filesystem::path& dir, uint32_t index) {
+  std::string name = dir.filename().string();
+  while (!name.empty() && std::isdigit(static_cast<unsigned char>(name.back()))) name.pop_back();
+  return dir.parent_path() / (name + std::to_string(index));
+}
+
+}  // namespace
 
 expected<training_cluster> spawn_training_cluster(caf::actor_system& system,
                                                   const cluster_config& config,
@@ -561,9 +832,33 @@ expected<training_cluster> spawn_training_cluster(caf::actor_system& system,
     plan.first_epoch =
         std::max(plan.first_epoch, highest_checkpoint_epoch(plan.settings.directory) + 1);
   }
+  // New shards (scale up) take shard 0's settings, their own index and a
+  // fresh directory named like shard 0's with the index at its end.
+  shard_factory factory;
+  factory.spawn = [&system, config](uint32_t index) -> expected<shard_actor> {
+    shard_config sc = config.shards.front();
+    sc.index = index;
+    sc.chain.incarnation = config.incarnation;
+    sc.restored_sketch.clear();
+    sc.lmdb.directory = numbered_sibling(sc.lmdb.directory, index);
+    std::error_code ec;
+    std::filesystem::remove_all(sc.lmdb.directory,
+                                ec);  // a stale environment would inject old rows
+    if (ec)
+      return error(errc::io_error,
+                   "cannot clear " + sc.lmdb.directory.string() + ": " + ec.message());
+    return spawn_shard(system, sc);
+  };
+  factory.remove_files = [config](uint32_t index) {
+    const auto dir = index < config.shards.size()
+                         ? config.shards[index].lmdb.directory
+                         : numbered_sibling(config.shards.front().lmdb.directory, index);
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  };
   cluster.coordinator = spawn_coordinator(
       system, config.mode, config.pass_batches,
-      coordinator_peers{cluster.workers, cluster.caches, cluster.shards, cluster.dense},
+      coordinator_peers{cluster.workers, cluster.caches, cluster.shards, cluster.dense, factory},
       std::move(sink), std::move(plan));
   return cluster;
 }

@@ -49,11 +49,20 @@ namespace strata::actors {
 // 0 (actors read no clock: the sink's owner adds time).
 using progress_sink = std::function<void(const training_progress&)>;
 
+// Spawns shard `index` (LMDB environment in a fresh directory, ssd_flush
+// actor) for a scale up, and removes a retired shard's files once its
+// actors are told to exit. Unset spawn: scaling up is refused.
+struct shard_factory {
+  std::function<expected<shard_actor>(uint32_t index)> spawn;
+  std::function<void(uint32_t index)> remove_files;
+};
+
 struct coordinator_peers {
   std::vector<worker_actor> workers;
   std::vector<cache_tier_actor> caches;
   std::vector<shard_actor> shards;
   dense_actor dense;  // its record goes into checkpoints
+  shard_factory factory;
 };
 
 // What the coordinator needs to take checkpoints (docs/checkpoints.md).
@@ -85,7 +94,8 @@ struct worker_seams {
 
 // Every actor of one node's training cluster. The caller owns their
 // lifetime: stop() sends every actor an exit (the actor system's
-// destructor waits for them).
+// destructor waits for them). `map` and `shards` are those at spawn time;
+// after a scale, ask the coordinator (map_atom) for the current ones.
 struct training_cluster {
   partition_map map;
   std::vector<shard_actor> shards;

@@ -143,7 +143,18 @@ expected<training_report> train(caf::actor_system& system, const cluster_config&
   report.last_checkpoint = summary->last_checkpoint;
   report.stopped = summary->stopped;
 
-  auto heldout = evaluate(self, config, *cluster);
+  // The map and shards as they are now: a scale may have moved partitions,
+  // added shards and retired some of the first ones.
+  auto status = ask<cluster_status>(self, cluster->coordinator, "map", map_atom::value);
+  if (!status) return status.err();
+  training_cluster current = *cluster;
+  current.map = partition_map(status->routing.epoch, status->routing.owners,
+                              static_cast<uint32_t>(status->routing.shards.size()));
+  current.shards.clear();
+  for (const auto& s : status->routing.shards)
+    current.shards.push_back(caf::actor_cast<shard_actor>(s));
+
+  auto heldout = evaluate(self, config, current);
   if (!heldout) return heldout.err();
   report.heldout_auc = heldout->auc;
   report.heldout_logloss = heldout->logloss;
@@ -152,8 +163,8 @@ expected<training_report> train(caf::actor_system& system, const cluster_config&
   // Read after the evaluation (whose pulls the shards count too), so the
   // report and a node's final /metrics agree.
   // After the drain every stored row is in its shard's LMDB environment.
-  for (size_t s = 0; s < cluster->shards.size(); ++s) {
-    auto stats = ask<tier_stats>(self, cluster->shards[s], "stats of shard " + std::to_string(s),
+  for (size_t s = 0; s < current.shards.size(); ++s) {
+    auto stats = ask<tier_stats>(self, current.shards[s], "stats of shard " + std::to_string(s),
                                  stats_atom::value);
     if (!stats) return stats.err();
     report.stored_keys += stats->lmdb_rows;

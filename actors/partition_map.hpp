@@ -16,6 +16,15 @@ class partition_map {
   partition_map() = default;
   // Partitions dealt round-robin over `shards`.
   partition_map(uint32_t partitions, uint32_t shards);
+  // An explicit map (a committed routing table); every owner < shards.
+  partition_map(uint64_t epoch, std::vector<uint32_t> owners, uint32_t shards);
+
+  // The map for `shards` shards (epoch + 1) that moves as few partitions as
+  // possible: every shard ends with floor(P/n) or ceil(P/n) partitions;
+  // partitions of shards >= n all move; a remaining shard gives away only
+  // what it holds above its share, and keeps the rest.
+  partition_map rebalanced(uint32_t shards) const;
+  const std::vector<uint32_t>& owners() const { return owner_; }
 
   uint64_t epoch() const { return epoch_; }
   uint32_t partitions() const { return static_cast<uint32_t>(owner_.size()); }

@@ -14,6 +14,10 @@ void add_message_types(caf::actor_system_config& config) {
   config.add_message_type<tier_stats>("strata::tier_stats");
   config.add_message_type<actor_stats>("strata::actor_stats");
   config.add_message_type<progress_report>("strata::progress_report");
+  config.add_message_type<migration_stats>("strata::migration_stats");
+  config.add_message_type<routing_table>("strata::routing_table");
+  config.add_message_type<migration_order>("strata::migration_order");
+  config.add_message_type<std::vector<uint32_t>>("std::vector<uint32_t>");
   config.add_message_type<std::vector<uint64_t>>("std::vector<uint64_t>");
   config.add_message_type<std::vector<float>>("std::vector<float>");
   config.add_message_type<std::vector<uint8_t>>("std::vector<uint8_t>");

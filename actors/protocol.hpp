@@ -36,6 +36,13 @@ using progress_atom = caf::atom_constant<caf::atom("progress")>;
 using ok_atom = caf::atom_constant<caf::atom("ok")>;
 using checkpoint_atom = caf::atom_constant<caf::atom("checkpoint")>;
 using copied_atom = caf::atom_constant<caf::atom("copied")>;
+using migrate_atom = caf::atom_constant<caf::atom("migrate")>;
+using migrate_in_atom = caf::atom_constant<caf::atom("migratein")>;
+using fence_atom = caf::atom_constant<caf::atom("fence")>;
+using commit_atom = caf::atom_constant<caf::atom("commit")>;
+using erase_atom = caf::atom_constant<caf::atom("erase")>;
+using map_atom = caf::atom_constant<caf::atom("map")>;
+using scale_atom = caf::atom_constant<caf::atom("scale")>;
 
 // --- message types ----------------------------------------------------------
 struct row_batch {
@@ -200,6 +207,41 @@ typename Inspector::result_type inspect(Inspector& f, progress_report& x) {
   return f(caf::meta::type_name("progress_report"), x.worker, x.batches, x.examples, x.loss_sum);
 }
 
+// What moved in one step of a partition migration (docs/scaling.md): rows
+// and their encoded bytes (records as sent).
+struct migration_stats {
+  uint64_t rows = 0;
+  uint64_t bytes = 0;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, migration_stats& x) {
+  return f(caf::meta::type_name("migration_stats"), x.rows, x.bytes);
+}
+
+// A partition map as a message: epoch, owner shard of each partition, and
+// the shard actors by index (dynamically typed handles: the shard
+// interface cannot name itself; receivers cast them to shard_actor).
+struct routing_table {
+  uint64_t epoch = 0;
+  std::vector<uint32_t> owners;
+  std::vector<caf::actor> shards;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, routing_table& x) {
+  return f(caf::meta::type_name("routing_table"), x.epoch, x.owners, x.shards);
+}
+
+// Moving partitions out of a shard: partitions[i] goes to destinations[i].
+struct migration_order {
+  uint64_t epoch = 0;  // of the map being committed
+  std::vector<uint32_t> partitions;
+  std::vector<caf::actor> destinations;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, migration_order& x) {
+  return f(caf::meta::type_name("migration_order"), x.epoch, x.partitions, x.destinations);
+}
+
 // --- actor interfaces ---------------------------------------------------------
 
 // Owns the tier chain of its partitions (DRAM -> write-behind -> LMDB ->
@@ -226,7 +268,25 @@ using shard_actor = caf::typed_actor<
     // push tagged with a later epoch seen before the cut is an error.
     caf::replies_to<checkpoint_atom, uint64_t, std::string>::with<ok_atom>,
     // Waits for the copy of checkpoint `epoch`; answers its row count.
-    caf::replies_to<copied_atom, uint64_t>::with<uint64_t>>;
+    caf::replies_to<copied_atom, uint64_t>::with<uint64_t>,
+    // Migration, source side (docs/scaling.md). Copy phase: streams the
+    // rows of the order's partitions (LMDB range scans, one partition per
+    // message so training goes on) to their destinations and records every
+    // key of them touched meanwhile; answers once every copied batch is
+    // acknowledged. The shard stays their owner.
+    caf::replies_to<migrate_atom, migration_order>::with<migration_stats>,
+    // Fence (at a cut): sends the current rows of the touched keys, then
+    // forwards every request for the moving partitions to their
+    // destination; answers once the destinations hold those rows.
+    caf::replies_to<fence_atom, uint64_t>::with<migration_stats>,
+    // Migration, destination side: whole rows stored as they are (last
+    // copy wins: the source sends them in order, newest last).
+    caf::replies_to<migrate_in_atom, row_batch>::with<ok_atom>,
+    // The new map is committed: requests for partitions this shard no
+    // longer owns are forwarded to their owner; its copies of them are
+    // removed (DRAM now, LMDB after the write-behind is flushed); answers
+    // once they are gone.
+    caf::replies_to<commit_atom, routing_table>::with<ok_atom>>;
 
 // Owns the write side of one LMDB environment: writes a batch in one
 // transaction and answers with its sequence number once committed.
@@ -236,7 +296,9 @@ using ssd_flush_actor = caf::typed_actor<
     caf::replies_to<drain_atom>::with<ok_atom>,
     // Syncs, then writes a compacted copy of the environment into the
     // (existing, empty) directory; answers the table's live row count.
-    caf::replies_to<checkpoint_atom, std::string>::with<uint64_t>>;
+    caf::replies_to<checkpoint_atom, std::string>::with<uint64_t>,
+    // Removes every row of these partitions (range scans); answers the count.
+    caf::replies_to<erase_atom, std::vector<uint32_t>>::with<uint64_t>>;
 
 // One HBM cache (CPU backend here) in front of the shards.
 using cache_tier_actor =
@@ -248,7 +310,10 @@ using cache_tier_actor =
                      // Pass mode: write every dirty row back to its shard, then reply.
                      caf::replies_to<pass_end_atom, uint64_t>::with<ok_atom>,
                      caf::replies_to<drain_atom>::with<ok_atom>,
-                     caf::replies_to<stats_atom>::with<tier_stats>>;
+                     caf::replies_to<stats_atom>::with<tier_stats>,
+                     // A committed partition map: later pulls, pushes and
+                     // write-backs are routed by it.
+                     caf::replies_to<map_atom, routing_table>::with<ok_atom>>;
 
 // The dense (MLP) weights and their optimizer.
 using dense_actor =

@@ -5,10 +5,13 @@
 #include <fstream>
 #include <map>
 #include <optional>
+#include <unordered_map>
+#include <unordered_set>
 
 #include "actors/error.hpp"
 #include "actors/row_batch_util.hpp"
 #include "actors/ssd_flush_actor.hpp"
+#include "common/hash.hpp"
 #include "common/latency_histogram.hpp"
 
 namespace strata::actors {
@@ -38,6 +41,7 @@ struct shard_metrics {
   latency_histogram pull, push, flush, lmdb_read, lmdb_write;
   uint64_t pushes = 0, push_rows = 0, write_back_rows = 0;
   uint64_t prefetch_requests = 0, prefetch_rows = 0;
+  uint64_t migrated_in_rows = 0;
   uint64_t flush_batches = 0, flush_bytes = 0;
   std::map<uint64_t, double> flush_started;  // seq -> time sent
 };
@@ -57,6 +61,23 @@ struct pending_cut {
   caf::typed_response_promise<ok_atom> promise;
 };
 
+// Partitions leaving this shard (source side of a migration).
+struct outgoing_migration {
+  migration_order order;
+  std::unordered_map<uint32_t, caf::actor> destination;  // partition -> new owner
+  // Keys of the moving partitions resident above LMDB when the copy began,
+  // or touched since: their newest rows are sent again at the fence.
+  std::unordered_set<uint64_t> touched;
+  size_t next = 0;       // next partition of order.partitions to copy
+  size_t in_flight = 0;  // copied batches not yet acknowledged
+  migration_stats copied;
+  std::optional<caf::typed_response_promise<migration_stats>> copy_promise;
+  bool fenced = false;  // from the fence on, requests for them are forwarded
+};
+
+// Copy batches of a migration kept in flight per source shard.
+constexpr size_t migration_window = 4;
+
 struct shard_state {
   shard_config config;
   shard_metrics metrics;
@@ -70,6 +91,12 @@ struct shard_state {
   uint64_t max_push_epoch = 0;                 // highest checkpoint epoch a push carried
   std::optional<pending_cut> cut;              // at most one cut at a time
   std::map<uint64_t, checkpoint_copy> copies;  // by epoch
+  // Scaling (docs/scaling.md).
+  std::optional<outgoing_migration> out;
+  std::optional<routing_table> routing;    // the last committed map (none: owns all it is asked)
+  std::vector<uint32_t> erase_partitions;  // not owned: removed from LMDB once flushed
+  bool erase_pending = false;
+  std::vector<caf::typed_response_promise<ok_atom>> commit_waiters;
   static inline const char* name = "shard";
 };
 
@@ -130,6 +157,160 @@ void take_cut(shard_pointer self) {
   cut.promise.deliver(ok_atom::value);
 }
 
+// --- scaling: routing, forwarding, migration -----------------------------------
+
+// The shard that serves `key` if it is not this one (null: this one). A
+// fenced partition goes to its destination; after a commit, the map says.
+caf::actor owner_elsewhere(const shard_state& st, uint64_t key) {
+  if (!st.routing && !(st.out && st.out->fenced)) return {};
+  const uint32_t p = partition_of(key, st.config.lmdb.partitions);
+  if (st.out && st.out->fenced)
+    if (auto it = st.out->destination.find(p); it != st.out->destination.end()) return it->second;
+  if (st.routing && st.routing->owners[p] != st.config.index)
+    return st.routing->shards[st.routing->owners[p]];
+  return {};
+}
+
+// Positions of a request's keys served here, and per other shard.
+struct key_split {
+  std::vector<uint32_t> local;
+  std::vector<std::pair<caf::actor, std::vector<uint32_t>>> remote;
+};
+
+key_split split_keys(const shard_state& st, const std::vector<uint64_t>& keys) {
+  key_split out;
+  for (uint32_t i = 0; i < keys.size(); ++i) {
+    caf::actor other = owner_elsewhere(st, keys[i]);
+    if (!other) {
+      out.local.push_back(i);
+      continue;
+    }
+    auto it = std::find_if(out.remote.begin(), out.remote.end(),
+                           [&](const auto& r) { return r.first == other; });
+    if (it == out.remote.end()) {
+      out.remote.emplace_back(other, std::vector<uint32_t>{});
+      it = out.remote.end() - 1;
+    }
+    it->second.push_back(i);
+  }
+  return out;
+}
+
+std::vector<uint64_t> pick(const std::vector<uint64_t>& keys, const std::vector<uint32_t>& at) {
+  std::vector<uint64_t> out;
+  out.reserve(at.size());
+  for (uint32_t i : at) out.push_back(keys[i]);
+  return out;
+}
+
+// Copy phase: records keys of moving partitions that this shard serves.
+void touch(shard_state& st, const std::vector<uint64_t>& keys) {
+  if (!st.out || st.out->fenced) return;
+  for (uint64_t k : keys)
+    if (st.out->destination.count(partition_of(k, st.config.lmdb.partitions)))
+      st.out->touched.insert(k);
+}
+
+// Streams the next partitions of the copy phase (a window of batches in
+// flight; one LMDB range scan per partition, so other messages interleave).
+void copy_next(shard_pointer self) {
+  auto& st = self->state;
+  if (!st.out || !st.out->copy_promise) return;
+  auto& m = *st.out;
+  const size_t record_bytes = st.config.table.layout.record_bytes();
+  while (m.in_flight < migration_window && m.next < m.order.partitions.size()) {
+    const uint32_t partition = m.order.partitions[m.next];
+    const caf::actor destination = m.order.destinations[m.next];
+    ++m.next;
+    row_batch batch;
+    auto s = st.chain->durable()->range_scan(partition, [&](uint64_t key, const std::byte* rec) {
+      batch.keys.push_back(key);
+      const auto* bytes = reinterpret_cast<const uint8_t*>(rec);
+      batch.records.insert(batch.records.end(), bytes, bytes + record_bytes);
+    });
+    if (!s) {
+      m.copy_promise->deliver(to_caf(s.err()));
+      m.copy_promise.reset();
+      return;
+    }
+    if (batch.keys.empty()) continue;
+    m.copied.rows += batch.keys.size();
+    m.copied.bytes += batch.records.size();
+    ++m.in_flight;
+    self->request(caf::actor_cast<shard_actor>(destination), caf::infinite, migrate_in_atom::value,
+                  std::move(batch))
+        .then(
+            [self](ok_atom) {
+              if (!self->state.out) return;
+              --self->state.out->in_flight;
+              copy_next(self);
+            },
+            [self](caf::error& err) {
+              auto& o = self->state.out;
+              if (o && o->copy_promise) {
+                o->copy_promise->deliver(err);
+                o->copy_promise.reset();
+              }
+            });
+  }
+  if (m.next == m.order.partitions.size() && m.in_flight == 0) {
+    m.copy_promise->deliver(m.copied);
+    m.copy_promise.reset();
+  }
+}
+
+// The newest row of each key, walking DRAM, write-behind and LMDB without
+// promoting or initializing; keys found nowhere are skipped.
+expected<row_buffer> newest_rows(tier_chain& chain, const std::vector<uint64_t>& keys) {
+  const row_layout& layout = chain.table().layout;
+  row_buffer out(layout);
+  std::vector<uint64_t> remaining = keys;
+  std::vector<std::byte> scratch;
+  for (row_store* tier : chain.tiers()) {
+    if (remaining.empty()) break;
+    scratch.resize(remaining.size() * layout.record_bytes());
+    std::vector<uint32_t> misses;
+    STRATA_TRY(tier->lookup(remaining, {scratch.data(), layout.record_bytes()}, misses));
+    std::vector<uint64_t> next;
+    size_t m = 0;
+    for (uint32_t j = 0; j < remaining.size(); ++j) {
+      if (m < misses.size() && misses[m] == j) {
+        ++m;
+        next.push_back(remaining[j]);
+      } else {
+        out.append(remaining[j], scratch.data() + size_t{j} * layout.record_bytes());
+      }
+    }
+    remaining = std::move(next);
+  }
+  return out;
+}
+
+// After a commit, once the write-behind is flushed: the rows of partitions
+// owned elsewhere leave LMDB; then the commit is answered.
+void erase_foreign(shard_pointer self) {
+  auto& st = self->state;
+  st.erase_pending = false;
+  auto partitions = std::move(st.erase_partitions);
+  st.erase_partitions.clear();
+  auto answer = [self](caf::error err) {
+    auto waiters = std::move(self->state.commit_waiters);
+    self->state.commit_waiters.clear();
+    for (auto& p : waiters) {
+      if (err)
+        p.deliver(err);
+      else
+        p.deliver(ok_atom::value);
+    }
+  };
+  if (partitions.empty()) {
+    answer({});
+    return;
+  }
+  self->request(st.flusher, caf::infinite, erase_atom::value, std::move(partitions))
+      .then([answer](uint64_t) { answer({}); }, [answer](caf::error& err) { answer(err); });
+}
+
 void send_flush(shard_pointer self, uint64_t seq, bool retry) {
   auto& st = self->state;
   st.metrics.flush_started[seq] = st.config.clock->now_seconds();
@@ -167,8 +348,9 @@ void send_flush(shard_pointer self, uint64_t seq, bool retry) {
 void maybe_flush(shard_pointer self) {
   auto& st = self->state;
   auto& wb = st.chain->write_behind();
+  const bool flush_all = st.draining || st.erase_pending;
   while (st.in_flight.size() < st.config.max_flushes_in_flight && wb.queued_rows() > 0 &&
-         (st.draining || wb.queued_rows() >= st.config.flush_batch_rows)) {
+         (flush_all || wb.queued_rows() >= st.config.flush_batch_rows)) {
     row_buffer rows;
     uint64_t seq = 0;
     if (!st.chain->take_flush(rows, seq)) break;
@@ -176,6 +358,7 @@ void maybe_flush(shard_pointer self) {
     send_flush(self, seq, false);
   }
   if (st.draining && st.in_flight.empty() && wb.queued_rows() == 0 && st.cut) take_cut(self);
+  if (st.erase_pending && st.in_flight.empty() && wb.queued_rows() == 0) erase_foreign(self);
   if (st.draining && st.in_flight.empty() && wb.queued_rows() == 0 && !st.drain_waiters.empty()) {
     // Everything is written: make it durable, then answer.
     auto waiters = std::move(st.drain_waiters);
@@ -190,6 +373,57 @@ void maybe_flush(shard_pointer self) {
               for (auto& p : waiters) p.deliver(err);
             });
   }
+}
+
+// A pull of keys this shard serves.
+caf::error pull_local(shard_pointer self, const std::vector<uint64_t>& keys, pull_reply& reply) {
+  auto& st = self->state;
+  const row_layout& layout = st.config.table.layout;
+  const double start = st.config.clock->now_seconds();
+  touch(st, keys);
+  reply.rows.keys = keys;
+  reply.rows.records.resize(keys.size() * layout.record_bytes());
+  auto s = st.chain->lookup(keys, rows_of(reply.rows, layout), &reply.admitted);
+  if (!s) return to_caf(s.err());
+  maybe_flush(self);
+  st.metrics.pull.observe(st.config.clock->now_seconds() - start);
+  return {};
+}
+
+// A push of keys this shard serves: applied, the updated rows of the
+// distinct keys appended to `reply`.
+caf::error push_local(shard_pointer self, const push_request& req, push_reply& reply) {
+  auto& st = self->state;
+  auto& chain = *st.chain;
+  const row_layout& layout = st.config.table.layout;
+  const double start = st.config.clock->now_seconds();
+  st.max_push_epoch = std::max(st.max_push_epoch, req.epoch);
+  touch(st, req.keys);
+  auto s = chain.push(req.keys, req.grads.data(), layout.dim, nullptr);
+  if (!s) return to_caf(s.err());
+  std::vector<uint64_t> unique = req.keys;
+  std::sort(unique.begin(), unique.end());
+  unique.erase(std::unique(unique.begin(), unique.end()), unique.end());
+  const size_t before = reply.rows.keys.size();
+  reply.rows.keys.insert(reply.rows.keys.end(), unique.begin(), unique.end());
+  reply.rows.records.resize(reply.rows.keys.size() * layout.record_bytes());
+  s = chain.lookup(
+      unique,
+      {reinterpret_cast<std::byte*>(reply.rows.records.data()) + before * layout.record_bytes(),
+       layout.record_bytes()},
+      nullptr);
+  if (!s) return to_caf(s.err());
+  if (auto& sink = st.config.updates)
+    sink->rows_updated(layout, unique,
+                       {reinterpret_cast<const std::byte*>(reply.rows.records.data()) +
+                            before * layout.record_bytes(),
+                        layout.record_bytes()});
+  maybe_flush(self);
+  auto& m = st.metrics;
+  ++m.pushes;
+  m.push_rows += req.keys.size();
+  m.push.observe(st.config.clock->now_seconds() - start);
+  return {};
 }
 
 shard_actor::behavior_type shard_behavior(shard_pointer self, shard_config config,
@@ -210,59 +444,132 @@ shard_actor::behavior_type shard_behavior(shard_pointer self, shard_config confi
   const row_layout layout = st.config.table.layout;
   return {
       [self, layout](pull_atom, const std::vector<uint64_t>& keys) -> caf::result<pull_reply> {
-        const double start = self->state.config.clock->now_seconds();
-        pull_reply reply;
-        reply.rows.keys = keys;
-        reply.rows.records.resize(keys.size() * layout.record_bytes());
-        auto s = self->state.chain->lookup(keys, rows_of(reply.rows, layout), &reply.admitted);
-        if (!s) return to_caf(s.err());
-        maybe_flush(self);
-        self->state.metrics.pull.observe(self->state.config.clock->now_seconds() - start);
-        return reply;
+        auto split = split_keys(self->state, keys);
+        if (split.remote.empty()) {
+          pull_reply reply;
+          if (auto err = pull_local(self, keys, reply)) return err;
+          return reply;
+        }
+        // Some keys belong elsewhere (a fenced partition, a late request
+        // under an older map): serve ours, forward the rest, merge.
+        const size_t rb = layout.record_bytes();
+        auto merged = std::make_shared<pull_reply>();
+        merged->rows.keys = keys;
+        merged->rows.records.resize(keys.size() * rb);
+        merged->admitted.assign(keys.size(), 1);
+        auto place = [merged, rb](const std::vector<uint32_t>& at, const pull_reply& part) {
+          for (size_t j = 0; j < at.size(); ++j) {
+            std::memcpy(merged->rows.records.data() + size_t{at[j]} * rb,
+                        part.rows.records.data() + j * rb, rb);
+            if (!part.admitted.empty()) merged->admitted[at[j]] = part.admitted[j];
+          }
+        };
+        if (!split.local.empty()) {
+          pull_reply local;
+          if (auto err = pull_local(self, pick(keys, split.local), local)) return err;
+          place(split.local, local);
+        }
+        auto promise = self->make_response_promise<pull_reply>();
+        auto missing = std::make_shared<size_t>(split.remote.size());
+        for (auto& [other, at] : split.remote)
+          self->request(caf::actor_cast<shard_actor>(other), caf::infinite, pull_atom::value,
+                        pick(keys, at))
+              .then(
+                  [merged, place, at = at, missing, promise](pull_reply& part) mutable {
+                    place(at, part);
+                    if (--*missing == 0) promise.deliver(std::move(*merged));
+                  },
+                  [promise](caf::error& err) mutable { promise.deliver(err); });
+        return promise;
       },
       [self, layout](push_atom, const push_request& req) -> caf::result<push_reply> {
-        auto& chain = *self->state.chain;
-        const double start = self->state.config.clock->now_seconds();
         if (req.grads.size() != req.keys.size() * layout.dim)
           return caf::make_error(caf::sec::runtime_error,
                                  "push of " + std::to_string(req.keys.size()) + " keys carries " +
                                      std::to_string(req.grads.size()) + " floats, expected dim " +
                                      std::to_string(layout.dim) + " each");
-        self->state.max_push_epoch = std::max(self->state.max_push_epoch, req.epoch);
-        auto s = chain.push(req.keys, req.grads.data(), layout.dim, nullptr);
-        if (!s) return to_caf(s.err());
-        // Reply with the updated rows of the distinct keys.
-        push_reply reply;
-        std::vector<uint64_t> unique = req.keys;
-        std::sort(unique.begin(), unique.end());
-        unique.erase(std::unique(unique.begin(), unique.end()), unique.end());
-        reply.rows.keys = unique;
-        reply.rows.records.resize(unique.size() * layout.record_bytes());
-        s = chain.lookup(unique, rows_of(reply.rows, layout), nullptr);
-        if (!s) return to_caf(s.err());
-        if (auto& sink = self->state.config.updates)
-          sink->rows_updated(layout, reply.rows.keys, rows_of(reply.rows, layout));
-        maybe_flush(self);
-        auto& m = self->state.metrics;
-        ++m.pushes;
-        m.push_rows += req.keys.size();
-        m.push.observe(self->state.config.clock->now_seconds() - start);
-        return reply;
+        auto split = split_keys(self->state, req.keys);
+        if (split.remote.empty()) {
+          push_reply reply;
+          if (auto err = push_local(self, req, reply)) return err;
+          return reply;
+        }
+        auto sub = [&req, &layout](const std::vector<uint32_t>& at) {
+          push_request part;
+          part.epoch = req.epoch;
+          for (uint32_t i : at) {
+            part.keys.push_back(req.keys[i]);
+            part.grads.insert(part.grads.end(), req.grads.begin() + size_t{i} * layout.dim,
+                              req.grads.begin() + size_t{i + 1} * layout.dim);
+          }
+          return part;
+        };
+        auto merged = std::make_shared<push_reply>();
+        if (!split.local.empty())
+          if (auto err = push_local(self, sub(split.local), *merged)) return err;
+        auto promise = self->make_response_promise<push_reply>();
+        auto missing = std::make_shared<size_t>(split.remote.size());
+        for (auto& [other, at] : split.remote)
+          self->request(caf::actor_cast<shard_actor>(other), caf::infinite, push_atom::value,
+                        sub(at))
+              .then(
+                  [merged, missing, promise](push_reply& part) mutable {
+                    auto& m = merged->rows;
+                    m.keys.insert(m.keys.end(), part.rows.keys.begin(), part.rows.keys.end());
+                    m.records.insert(m.records.end(), part.rows.records.begin(),
+                                     part.rows.records.end());
+                    if (--*missing == 0) promise.deliver(std::move(*merged));
+                  },
+                  [promise](caf::error& err) mutable { promise.deliver(err); });
+        return promise;
       },
       [self, layout](write_back_atom, const row_batch& rows) -> caf::result<ok_atom> {
         if (!well_formed(rows, layout))
           return caf::make_error(caf::sec::runtime_error, "malformed write-back batch");
-        auto s = self->state.chain->write_back(rows.keys, rows_of(rows, layout));
-        if (!s) return to_caf(s.err());
-        // Serving ignores a row not newer than its copy, so an ignored
-        // (older) write-back row is harmless to publish.
-        if (auto& sink = self->state.config.updates)
-          sink->rows_updated(layout, rows.keys, rows_of(rows, layout));
-        self->state.metrics.write_back_rows += rows.keys.size();
-        maybe_flush(self);
-        return ok_atom::value;
+        auto split = split_keys(self->state, rows.keys);
+        const size_t rb = layout.record_bytes();
+        auto sub = [&rows, rb](const std::vector<uint32_t>& at) {
+          row_batch part;
+          for (uint32_t i : at) {
+            part.keys.push_back(rows.keys[i]);
+            part.records.insert(part.records.end(), rows.records.begin() + size_t{i} * rb,
+                                rows.records.begin() + size_t{i + 1} * rb);
+          }
+          return part;
+        };
+        if (!split.local.empty()) {
+          const row_batch local = split.remote.empty() ? rows : sub(split.local);
+          touch(self->state, local.keys);
+          auto s = self->state.chain->write_back(local.keys, rows_of(local, layout));
+          if (!s) return to_caf(s.err());
+          // Serving ignores a row not newer than its copy, so an ignored
+          // (older) write-back row is harmless to publish.
+          if (auto& sink = self->state.config.updates)
+            sink->rows_updated(layout, local.keys, rows_of(local, layout));
+          self->state.metrics.write_back_rows += local.keys.size();
+          maybe_flush(self);
+        }
+        if (split.remote.empty()) return ok_atom::value;
+        auto promise = self->make_response_promise<ok_atom>();
+        auto missing = std::make_shared<size_t>(split.remote.size());
+        for (auto& [other, at] : split.remote)
+          self->request(caf::actor_cast<shard_actor>(other), caf::infinite, write_back_atom::value,
+                        sub(at))
+              .then(
+                  [missing, promise](ok_atom) mutable {
+                    if (--*missing == 0) promise.deliver(ok_atom::value);
+                  },
+                  [promise](caf::error& err) mutable { promise.deliver(err); });
+        return promise;
       },
-      [self, layout](prefetch_atom, const std::vector<uint64_t>& keys) {
+      [self, layout](prefetch_atom, const std::vector<uint64_t>& all_keys) {
+        auto split = split_keys(self->state, all_keys);
+        for (auto& [other, at] : split.remote)
+          self->send(caf::actor_cast<shard_actor>(other), prefetch_atom::value, pick(all_keys, at));
+        const std::vector<uint64_t> keys =
+            split.remote.empty() ? all_keys : pick(all_keys, split.local);
+        if (keys.empty()) return;
+        touch(self->state, keys);
         ++self->state.metrics.prefetch_requests;
         self->state.metrics.prefetch_rows += keys.size();
         std::vector<std::byte> scratch(keys.size() * layout.record_bytes());
@@ -340,6 +647,142 @@ shard_actor::behavior_type shard_behavior(shard_pointer self, shard_config confi
         }
         auto promise = self->make_response_promise<uint64_t>();
         it->second.waiters.push_back(promise);
+        return promise;
+      },
+      [self](migrate_atom, const migration_order& order) -> caf::result<migration_stats> {
+        auto& st = self->state;
+        const std::string who = "shard " + std::to_string(st.config.index);
+        if (st.out)
+          return caf::make_error(caf::sec::invalid_argument,
+                                 who + ": a migration is already in progress");
+        if (order.partitions.size() != order.destinations.size())
+          return caf::make_error(caf::sec::invalid_argument,
+                                 who + ": migration order with " +
+                                     std::to_string(order.partitions.size()) + " partitions but " +
+                                     std::to_string(order.destinations.size()) + " destinations");
+        auto& m = st.out.emplace();
+        m.order = order;
+        for (size_t i = 0; i < order.partitions.size(); ++i) {
+          if (order.partitions[i] >= st.config.lmdb.partitions || !order.destinations[i])
+            return caf::make_error(
+                caf::sec::invalid_argument,
+                who + ": bad migration of partition " + std::to_string(order.partitions[i]));
+          m.destination[order.partitions[i]] = order.destinations[i];
+        }
+        // Rows above LMDB may be newer than LMDB's: they go again at the fence.
+        const uint32_t partitions = st.config.lmdb.partitions;
+        auto note = [&m, partitions](uint64_t key, const std::byte*) {
+          if (m.destination.count(partition_of(key, partitions))) m.touched.insert(key);
+        };
+        auto s = st.chain->dram().dump(note);
+        if (s) s = st.chain->write_behind().dump(note);
+        if (!s) {
+          st.out.reset();
+          return to_caf(s.err());
+        }
+        auto promise = self->make_response_promise<migration_stats>();
+        m.copy_promise = promise;
+        copy_next(self);
+        return promise;
+      },
+      [self](fence_atom, uint64_t epoch) -> caf::result<migration_stats> {
+        auto& st = self->state;
+        const std::string who = "shard " + std::to_string(st.config.index);
+        if (!st.out || st.out->order.epoch != epoch)
+          return caf::make_error(caf::sec::invalid_argument,
+                                 who + ": no migration to epoch " + std::to_string(epoch));
+        if (st.out->copy_promise || st.out->fenced)
+          return caf::make_error(
+              caf::sec::invalid_argument,
+              who + ": fence before the copy of epoch " + std::to_string(epoch) + " completed");
+        auto& m = *st.out;
+        std::vector<uint64_t> keys(m.touched.begin(), m.touched.end());
+        std::sort(keys.begin(), keys.end());
+        auto rows = newest_rows(*st.chain, keys);
+        if (!rows) return to_caf(rows.err());
+        // One batch per destination, sent before anything is forwarded
+        // there (per-pair FIFO): the destination has them first.
+        std::vector<std::pair<caf::actor, row_batch>> batches;
+        const size_t rb = st.config.table.layout.record_bytes();
+        migration_stats delta;
+        for (size_t i = 0; i < rows->size(); ++i) {
+          const caf::actor& to =
+              m.destination.at(partition_of(rows->key(i), st.config.lmdb.partitions));
+          auto it = std::find_if(batches.begin(), batches.end(),
+                                 [&](const auto& b) { return b.first == to; });
+          if (it == batches.end()) {
+            batches.emplace_back(to, row_batch{});
+            it = batches.end() - 1;
+          }
+          it->second.keys.push_back(rows->key(i));
+          const auto* rec = reinterpret_cast<const uint8_t*>(rows->record(i));
+          it->second.records.insert(it->second.records.end(), rec, rec + rb);
+          ++delta.rows;
+          delta.bytes += rb;
+        }
+        m.fenced = true;
+        m.touched.clear();
+        auto promise = self->make_response_promise<migration_stats>();
+        if (batches.empty()) {
+          promise.deliver(delta);
+          return promise;
+        }
+        auto missing = std::make_shared<size_t>(batches.size());
+        for (auto& [to, batch] : batches)
+          self->request(caf::actor_cast<shard_actor>(to), caf::infinite, migrate_in_atom::value,
+                        std::move(batch))
+              .then(
+                  [missing, promise, delta](ok_atom) mutable {
+                    if (--*missing == 0) promise.deliver(delta);
+                  },
+                  [promise](caf::error& err) mutable { promise.deliver(err); });
+        return promise;
+      },
+      [self, layout](migrate_in_atom, const row_batch& rows) -> caf::result<ok_atom> {
+        auto& st = self->state;
+        if (!well_formed(rows, layout))
+          return caf::make_error(
+              caf::sec::runtime_error,
+              "shard " + std::to_string(st.config.index) + ": malformed migration batch");
+        row_buffer spilled(layout);
+        auto s = st.chain->dram().store(rows.keys, rows_of(rows, layout), true, spilled);
+        row_buffer none(layout);
+        if (s) s = st.chain->write_behind().store(spilled.keys(), spilled.rows(), true, none);
+        if (!s) return to_caf(s.err());
+        st.metrics.migrated_in_rows += rows.keys.size();
+        maybe_flush(self);
+        return ok_atom::value;
+      },
+      [self](commit_atom, const routing_table& table) -> caf::result<ok_atom> {
+        auto& st = self->state;
+        const std::string who = "shard " + std::to_string(st.config.index);
+        if (table.owners.size() != st.config.lmdb.partitions ||
+            std::any_of(table.owners.begin(), table.owners.end(),
+                        [&](uint32_t o) { return o >= table.shards.size(); }))
+          return caf::make_error(caf::sec::invalid_argument,
+                                 who + ": committed map of epoch " + std::to_string(table.epoch) +
+                                     " does not cover its " +
+                                     std::to_string(st.config.lmdb.partitions) + " partitions");
+        if (st.routing && st.routing->epoch >= table.epoch) return ok_atom::value;
+        st.routing = table;
+        st.out.reset();
+        // Rows of partitions owned elsewhere: out of DRAM now (their owner
+        // holds them); out of LMDB once the write-behind is flushed.
+        const uint32_t me = st.config.index;
+        std::vector<uint64_t> foreign;
+        auto s = st.chain->dram().dump([&](uint64_t key, const std::byte*) {
+          if (table.owners[partition_of(key, st.config.lmdb.partitions)] != me)
+            foreign.push_back(key);
+        });
+        if (s) s = st.chain->dram().erase(foreign);
+        if (!s) return to_caf(s.err());
+        st.erase_partitions.clear();
+        for (uint32_t p = 0; p < table.owners.size(); ++p)
+          if (table.owners[p] != me) st.erase_partitions.push_back(p);
+        st.erase_pending = true;
+        auto promise = self->make_response_promise<ok_atom>();
+        st.commit_waiters.push_back(promise);
+        maybe_flush(self);
         return promise;
       },
       [self](stats_atom) -> tier_stats {

@@ -39,6 +39,19 @@ ssd_flush_actor::behavior_type flush_behavior(ssd_flush_actor::stateful_pointer<
         if (!st) return to_caf(st.err());
         return uint64_t{tier.size()};
       },
+      [self](erase_atom, const std::vector<uint32_t>& partitions) -> caf::result<uint64_t> {
+        lmdb_tier& tier = *self->state.writer;
+        std::vector<uint64_t> keys;
+        for (uint32_t p : partitions) {
+          auto st =
+              tier.range_scan(p, [&keys](uint64_t key, const std::byte*) { keys.push_back(key); });
+          if (!st) return to_caf(st.err());
+        }
+        if (keys.empty()) return uint64_t{0};
+        auto st = tier.erase(keys);
+        if (!st) return to_caf(st.err());
+        return uint64_t{keys.size()};
+      },
       [self](drain_atom) -> caf::result<ok_atom> {
         auto st = self->state.writer->sync();
         if (!st) return to_caf(st.err());

@@ -51,6 +51,42 @@ typename Inspector::result_type inspect(Inspector& f, training_summary& x) {
            x.bad_lines, x.passes, x.checkpoints, x.last_checkpoint, x.stopped);
 }
 
+// The coordinator's answer to scale: the committed map and what moved.
+struct scale_result {
+  uint64_t epoch = 0;  // of the committed partition map
+  uint32_t shards = 0;
+  uint32_t moved_partitions = 0;
+  uint64_t copied_rows = 0;  // streamed while training went on
+  uint64_t delta_rows = 0;   // sent again at the fence (touched during the copy)
+  uint64_t bytes = 0;        // row bytes sent, copy and delta
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, scale_result& x) {
+  return f(caf::meta::type_name("scale_result"), x.epoch, x.shards, x.moved_partitions,
+           x.copied_rows, x.delta_rows, x.bytes);
+}
+
+// What the coordinator knows of the cluster (admin status).
+struct cluster_status {
+  routing_table routing;  // the committed partition map and its shards
+  std::string state;      // "idle", "training", "stopping", "finished", "failed"
+  uint64_t batches = 0;   // reported by workers so far (this run)
+  uint64_t examples = 0;
+  double recent_loss = 0;
+  uint64_t passes = 0;
+  uint64_t checkpoints = 0;
+  std::string last_checkpoint;
+  uint32_t scaling_to = 0;  // target shard count of a scale in progress (0: none)
+  uint32_t workers = 0;
+  std::vector<caf::actor> caches;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, cluster_status& x) {
+  return f(caf::meta::type_name("cluster_status"), x.routing, x.state, x.batches, x.examples,
+           x.recent_loss, x.passes, x.checkpoints, x.last_checkpoint, x.scaling_to, x.workers,
+           x.caches);
+}
+
 // A worker: one data stream and a model replica.
 using worker_actor = caf::typed_actor<
     // Train `batches` more batches (0: until the data ends), tagging their
@@ -78,6 +114,13 @@ using coordinator_actor = caf::typed_actor<
     caf::reacts_to<stop_atom>,
     // The periodic checkpoint timer (internal).
     caf::reacts_to<tick_atom>,
+    // Scale to N shards (docs/scaling.md): spawn or retire shards, copy the
+    // moving partitions while training goes on, fence and commit the new
+    // map at the next cut (pass mode: a pass boundary); answers once every
+    // router switched and retired shards are gone. One scale at a time.
+    caf::replies_to<scale_atom, uint32_t>::with<scale_result>,
+    // The cluster's state for the admin API.
+    caf::replies_to<map_atom>::with<cluster_status>,
     // Mailbox depth, for metrics.
     caf::replies_to<stats_atom>::with<actor_stats>>;
 

@@ -8,6 +8,7 @@
 #include "bench/checkpoint_bench.hpp"
 #include "bench/e2e_bench.hpp"
 #include "bench/report.hpp"
+#include "bench/scale_bench.hpp"
 #include "bench/serve_bench.hpp"
 #include "bench/transport_bench.hpp"
 #include "deploy/commands.hpp"
@@ -35,9 +36,9 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   auto opts = std::make_shared<options>();
   auto* cmd = app.add_subcommand("bench", "benchmarks, side by side with their baselines");
   cmd->add_option("suite", opts->suite,
-                  "suite to run: tiers, e2e, gpu, checkpoint, transport, serve")
+                  "suite to run: tiers, e2e, gpu, checkpoint, transport, serve, scale")
       ->required()
-      ->check(CLI::IsMember({"tiers", "e2e", "gpu", "checkpoint", "transport", "serve"}));
+      ->check(CLI::IsMember({"tiers", "e2e", "gpu", "checkpoint", "transport", "serve", "scale"}));
   cmd->add_flag("--json", opts->json, "one JSON object per result line");
   cmd->add_option("--json-out", opts->json_out,
                   "also write the results as JSON lines to this file (for bench/plot.sh)");
@@ -48,7 +49,8 @@ void add_bench_command(CLI::App& app, int& exit_code) {
                   "serve: rows served (default 200000)");
   cmd->add_option("--rows", opts->rows,
                   "e2e: training rows (default 200000; 50000 held out); checkpoint: rows in the "
-                  "checkpointed LMDB environment (default 10000000)");
+                  "checkpointed LMDB environment (default 10000000); scale: rows moved (default "
+                  "10000000)");
   cmd->add_option("--manifest", opts->manifest,
                   "e2e: model, tiers and workers (default deploy/examples/local.yaml)");
   cmd->add_option("--torch-script", opts->torch_script, "e2e: the PyTorch baseline script");
@@ -99,6 +101,11 @@ void add_bench_command(CLI::App& app, int& exit_code) {
         if (cmd->count("--keys")) o.keys = opts->keys;
         o.work_dir = work_dir;
         bench::run_serve_bench(o, report);
+      } else if (opts->suite == "scale") {
+        bench::scale_bench_options o;
+        o.rows = cmd->count("--rows") ? opts->rows : (opts->small ? 20000 : 10'000'000);
+        o.work_dir = work_dir;
+        bench::run_scale_bench(o, report);
       } else if (opts->suite == "gpu") {
 #if STRATA_WITH_GPU_BENCH
         bench::gpu_bench_options o;

@@ -1,7 +1,5 @@
-// `strata checkpoint verify DIR [--manifest M]`. (`strata checkpoint
-// create` needs the admin API; until then a checkpoint is taken on demand
-// through the coordinator's checkpoint message, periodically, or at a
-// graceful stop: docs/checkpoints.md.)
+// `strata checkpoint verify DIR [--manifest M]` and `strata checkpoint
+// create --admin HOST:PORT` (admin_command.cpp).
 #include <cstdio>
 #include <string>
 
@@ -14,6 +12,7 @@ namespace strata::cli {
 void add_checkpoint_command(CLI::App& app, int& exit_code) {
   auto* cmd = app.add_subcommand("checkpoint", "checkpoints");
   cmd->require_subcommand(1);
+  add_checkpoint_create_command(*cmd, exit_code);
   auto dir = std::make_shared<std::string>();
   auto manifest_path = std::make_shared<std::string>();
   auto* verify = cmd->add_subcommand(

@@ -34,6 +34,13 @@ void add_node_command(CLI::App& app, int& exit_code);
 // list (sizes, CRC32C), metadata, every row of every shard copy and, with a
 // manifest, the table layout; names the file and the problem.
 void add_checkpoint_command(CLI::App& app, int& exit_code);
+// `strata status|scale|stop --admin HOST:PORT [--token-file F]`: the admin
+// API's verbs (deploy/admin_server.hpp).
+void add_admin_commands(CLI::App& app, int& exit_code);
+// `strata render k8s MANIFEST`: Kubernetes objects (deploy/render_k8s.hpp).
+void add_render_command(CLI::App& app, int& exit_code);
+// `strata checkpoint create --admin HOST:PORT [--token-file F]`.
+void add_checkpoint_create_command(CLI::App& checkpoint, int& exit_code);
 
 // `strata serve MANIFEST [--port-file F]`: loads the manifest's checkpoint
 // into the serving tiers and answers lookups (binary protocol and HTTP)

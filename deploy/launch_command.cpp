@@ -21,11 +21,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <random>
 #include <filesystem>
 #include <iostream>
 #include <memory>
 #include <mutex>
+#include <random>
 #include <set>
 #include <string>
 #include <system_error>
@@ -34,6 +34,7 @@
 #include "actors/checkpoint.hpp"
 #include "actors/coordinator_actor.hpp"
 #include "actors/local_cluster.hpp"
+#include "deploy/admin_server.hpp"
 #include "deploy/cache_backend_choice.hpp"
 #include "deploy/commands.hpp"
 #include "deploy/manifest.hpp"
@@ -275,10 +276,26 @@ int run_node(const std::string& path, const std::string& node, const std::string
   auto loaded = deploy::load_manifest(path);
   if (!loaded) return fail(loaded.err());
   deploy::manifest& m = *loaded;
-  if (!node.empty() && node != m.metrics.node)
+  if (!m.nodes.empty() && !node.empty()) {
+    std::string names;
+    bool known = false;
+    for (const auto& n : m.nodes) {
+      names += (names.empty() ? "" : ", ") + n.name;
+      known = known || n.name == node;
+    }
+    if (!known)
+      return fail(error(errc::not_found, path + ": no node '" + node + "' (nodes: " + names + ")"));
+    if (node != m.nodes.front().name)
+      return fail(error(errc::unavailable,
+                        path + ": node '" + node + "' is not the coordinator's node '" +
+                            m.nodes.front().name +
+                            "': nodes beyond the first need the UCX transport; until it lands "
+                            "the first node runs the whole cluster"));
+  } else if (!node.empty() && node != m.metrics.node) {
     return fail(error(errc::not_found, path + ": no node '" + node +
                                            "' (this manifest describes one node, '" +
                                            m.metrics.node + "')"));
+  }
   if (status backend = apply_cache_backend(m); !backend) return fail(backend.err());
   std::printf("manifest %s: ok (node %s, pid %d)\n", path.c_str(), m.metrics.node.c_str(),
               static_cast<int>(::getpid()));
@@ -378,8 +395,8 @@ int run_node(const std::string& path, const std::string& node, const std::string
     if (auto ok = publisher->start(); !ok) return fail(ok.err());
     for (auto& shard : m.cluster.shards) shard.updates = publisher;
     std::printf("updates: publishing table '%s' on %s:%u every %u ms or %u rows\n",
-                pc.table.c_str(), pc.bind_address.c_str(), publisher->port(),
-                m.updates.interval_ms, m.updates.max_rows);
+                pc.table.c_str(), pc.bind_address.c_str(), publisher->port(), m.updates.interval_ms,
+                m.updates.max_rows);
   }
 
   const auto& c = m.cluster;
@@ -411,13 +428,44 @@ int run_node(const std::string& path, const std::string& node, const std::string
   const uint64_t total = planned_examples(c);
   status_line line;
   bool printed = false;
+  // The admin API (admin.port): served from the coordinator's start until
+  // the report is printed.
+  std::string token;
+  if (m.admin.port != 0) {
+    auto read = deploy::admin_token(m);
+    if (!read) return fail(read.err());
+    token = *read;
+  }
+  std::unique_ptr<deploy::admin_server> admin;
+  std::optional<error> admin_failure;
+  auto start_admin = [&](caf::actor_system& system, const actors::training_cluster& cluster) {
+    if (m.admin.port == 0) return;
+    deploy::admin_config ac;
+    ac.bind_address = m.admin.bind_address;
+    ac.port = m.admin.port;
+    ac.token = token;
+    ac.cluster = c.name;
+    for (const auto& n : m.nodes) ac.nodes.push_back({n.name, n.host});
+    if (ac.nodes.empty()) ac.nodes.push_back({m.metrics.node, m.admin.bind_address});
+    auto started = deploy::admin_server::start(ac, system, cluster.coordinator);
+    if (!started) {
+      admin_failure = started.err();
+      caf::anon_send(cluster.coordinator, actors::stop_atom::value);
+      return;
+    }
+    admin = std::move(*started);
+    std::printf("admin: serving %s\n", admin->url().c_str());
+    std::fflush(stdout);
+  };
   actors::cluster_hooks hooks;
-  hooks.started = [&](caf::actor_system&, const actors::training_cluster& cluster) {
+  hooks.started = [&](caf::actor_system& system, const actors::training_cluster& cluster) {
     signals.watch(cluster.coordinator);
+    start_admin(system, cluster);
   };
   if (metrics) {
     hooks.started = [&](caf::actor_system& system, const actors::training_cluster& cluster) {
       signals.watch(cluster.coordinator);
+      start_admin(system, cluster);
       std::vector<caf::actor> others;
       for (const auto& w : cluster.workers) others.push_back(caf::actor_cast<caf::actor>(w));
       others.push_back(caf::actor_cast<caf::actor>(cluster.dense));
@@ -449,6 +497,8 @@ int run_node(const std::string& path, const std::string& node, const std::string
   signals.forget();
   line.done();
   if (publisher) publisher->stop();  // sends what is still pending
+  if (admin) admin->stop();
+  if (admin_failure) return fail(*admin_failure);
   if (!report) return fail(report.err());
   if (!printed) print_report(m, *report);
   std::fflush(stdout);

@@ -23,6 +23,8 @@ int main(int argc, char** argv) {
   strata::cli::add_bench_command(app, exit_code);
   strata::cli::add_checkpoint_command(app, exit_code);
   strata::cli::add_serve_command(app, exit_code);
+  strata::cli::add_admin_commands(app, exit_code);
+  strata::cli::add_render_command(app, exit_code);
 
   CLI11_PARSE(app, argc, argv);
   return exit_code;

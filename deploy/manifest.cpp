@@ -288,6 +288,27 @@ class section {
     return all_ok;
   }
 
+  // A list of mappings: `item(section, index)` for each (a section of its
+  // own, so unknown keys are named with their index).
+  template <class F>
+  bool sections(std::string_view key, F&& item) {
+    auto found = find(key);
+    if (!found) return false;
+    const auto& [node, mark] = *found;
+    const std::string path = path_of(key);
+    if (!node.IsSequence()) {
+      diag_.fail(mark, path, "expected a list of mappings, got " + describe(node));
+      return false;
+    }
+    for (size_t i = 0; i < node.size(); ++i) {
+      const std::string item_path = path + "[" + std::to_string(i) + "]";
+      item(section(diag_, node[i], item_path, node[i].Mark()), i, node[i].Mark());
+    }
+    return true;
+  }
+  // The raw node of `key` (marked as known), for values of several shapes.
+  std::optional<std::pair<YAML::Node, YAML::Mark>> raw(std::string_view key) { return find(key); }
+
   // Reports every key that no reader asked for.
   void finish() {
     if (!is_map_) return;
@@ -399,6 +420,12 @@ struct raw_manifest {
 
   actors::dense_config dense;
   metrics_settings metrics;
+  std::vector<node_settings> nodes;
+  std::vector<YAML::Mark> node_marks;
+  std::vector<std::string> placement;  // one node name per shard; empty: spread
+  std::vector<std::pair<std::string, YAML::Mark>> placement_marks;
+  admin_settings admin;
+  std::string admin_token_file;
   actors::checkpoint_settings checkpoint;
   serving_settings serving;
   updates_settings updates;
@@ -470,6 +497,8 @@ void read_checkpoint(section s, raw_manifest& r) {
   s.finish();
 }
 
+void read_placement(section& s, raw_manifest& r);
+
 void read_shards(section s, raw_manifest& r) {
   s.unsigned_int("count", r.shard_count, 1, 4096);
   s.size("dram_bytes", r.dram.capacity_bytes);
@@ -483,6 +512,7 @@ void read_shards(section s, raw_manifest& r) {
   s.boolean("sync", r.lmdb_sync);
   s.unsigned_int("flush_batch_rows", r.flush_batch_rows, 1, 1u << 24);
   s.unsigned_int("max_flushes_in_flight", r.max_flushes_in_flight, 1, 1024);
+  read_placement(s, r);
   s.finish();
 }
 
@@ -612,6 +642,58 @@ void read_updates(section s, raw_manifest& r) {
   s.finish();
 }
 
+void read_nodes(section& top, raw_manifest& r) {
+  top.sections("nodes", [&r](section n, size_t, const YAML::Mark& mark) {
+    node_settings node;
+    n.require("name");
+    n.text("name", node.name);
+    n.require("host");
+    n.text("host", node.host);
+    n.unsigned_int("transport_port", node.transport_port);
+    n.unsigned_int("devices", node.devices, 0, 64);
+    n.size("dram_bytes", node.dram_bytes);
+    n.path_value("ssd_path", node.ssd_path);
+    n.unsigned_int("metrics_port", node.metrics_port);
+    n.unsigned_int("admin_port", node.admin_port);
+    n.finish();
+    r.nodes.push_back(node);
+    r.node_marks.push_back(mark);
+  });
+}
+
+void read_placement(section& s, raw_manifest& r) {
+  auto found = s.raw("placement");
+  if (!found) return;
+  const auto& [node, mark] = *found;
+  const std::string path = s.path_of("placement");
+  if (node.IsScalar()) {
+    if (node.Scalar() != "spread")
+      s.diag().fail(mark, path,
+                    "expected \"spread\" or a list of node names, got \"" + node.Scalar() + "\"");
+    return;
+  }
+  if (!node.IsSequence()) {
+    s.diag().fail(mark, path, "expected \"spread\" or a list of node names");
+    return;
+  }
+  for (size_t i = 0; i < node.size(); ++i) {
+    if (!node[i].IsScalar() || node[i].Scalar().empty()) {
+      s.diag().fail(node[i].Mark(), path + "[" + std::to_string(i) + "]", "expected a node name");
+      continue;
+    }
+    r.placement.push_back(node[i].Scalar());
+    r.placement_marks.emplace_back(path + "[" + std::to_string(i) + "]", node[i].Mark());
+  }
+}
+
+void read_admin(section s, raw_manifest& r) {
+  s.unsigned_int("port", r.admin.port);
+  s.text("bind_address", r.admin.bind_address);
+  s.text("token", r.admin.token);
+  s.text("token_file", r.admin_token_file);
+  s.finish();
+}
+
 void read_metrics(section s, raw_manifest& r) {
   s.unsigned_int("port", r.metrics.port);
   s.text("bind_address", r.metrics.bind_address);
@@ -636,6 +718,32 @@ uint32_t reader_slots(const raw_manifest& r) {
 }
 
 void check_rules(const raw_manifest& r, diagnostics& diag) {
+  std::set<std::string> node_names;
+  for (size_t i = 0; i < r.nodes.size(); ++i) {
+    const auto& n = r.nodes[i];
+    const std::string path = "nodes[" + std::to_string(i) + "]";
+    if (!n.name.empty() && !node_names.insert(n.name).second)
+      diag.fail(r.node_marks[i], path + ".name", "duplicate node name \"" + n.name + "\"");
+    if (n.dram_bytes != 0 && n.dram_bytes < r.dram.capacity_bytes)
+      diag.fail(r.node_marks[i], path + ".dram_bytes",
+                "node budget " + format_size(n.dram_bytes) + " cannot hold one shard's " +
+                    "shards.dram_bytes (" + format_size(r.dram.capacity_bytes) + ")");
+  }
+  for (size_t i = 0; i < r.placement.size(); ++i)
+    if (!node_names.count(r.placement[i]))
+      diag.fail(r.placement_marks[i].second, r.placement_marks[i].first,
+                "shard " + std::to_string(i) + " placed on unknown node \"" + r.placement[i] +
+                    "\"" + (r.nodes.empty() ? " (the manifest has no nodes list)" : ""));
+  if (!r.placement.empty() && r.placement.size() != r.shard_count)
+    diag.fail_at("shards.placement", "names " + std::to_string(r.placement.size()) +
+                                         " nodes for shards.count " +
+                                         std::to_string(r.shard_count) + " shards");
+  if (r.admin.port != 0 && r.admin.token.empty() && r.admin_token_file.empty())
+    diag.fail_at(
+        "admin.port",
+        "the admin API needs admin.token or admin.token_file (requests without it get 401)");
+  if (!r.admin.token.empty() && !r.admin_token_file.empty())
+    diag.fail_at("admin.token", "give admin.token or admin.token_file, not both");
   const uint32_t row_dim = r.model.row_dim();
   if (r.table_dim && *r.table_dim != row_dim)
     diag.fail_at("table.dim", "must be model.embedding_dim + 1 = " + std::to_string(row_dim) +
@@ -753,6 +861,10 @@ manifest build(const raw_manifest& r, const std::string& file) {
   m.updates = r.updates;
   if (m.serving.present && m.serving.lmdb_path.empty())
     m.serving.lmdb_path = r.ssd_path / "serving";
+  m.admin = r.admin;
+  m.nodes = r.nodes;
+  m.placement = r.placement;
+  m.admin.token_file = r.admin_token_file;
   if (m.metrics.node.empty()) m.metrics.node = r.name;
   m.on_failure = r.on_failure;
   m.max_restarts = r.max_restarts;
@@ -812,6 +924,22 @@ manifest build(const raw_manifest& r, const std::string& file) {
 }
 
 }  // namespace
+
+expected<std::string> admin_token(const manifest& m) {
+  if (m.admin.token_file.empty()) return m.admin.token;
+  std::ifstream in(m.admin.token_file);
+  if (!in)
+    return error(errc::io_error, m.file.string() + ": admin.token_file: cannot read " +
+                                     m.admin.token_file.string());
+  std::string token((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  while (!token.empty() && std::isspace(static_cast<unsigned char>(token.back()))) token.pop_back();
+  while (!token.empty() && std::isspace(static_cast<unsigned char>(token.front())))
+    token.erase(token.begin());
+  if (token.empty())
+    return error(errc::invalid_argument, m.file.string() + ": admin.token_file: " +
+                                             m.admin.token_file.string() + " is empty");
+  return token;
+}
 
 std::filesystem::path shard_directory(const std::filesystem::path& ssd_path, uint32_t index) {
   return ssd_path / ("shard-" + std::to_string(index));
@@ -880,6 +1008,7 @@ expected<manifest> parse_manifest(std::string_view text, const std::string& file
   try {
     section top(diag, root, "", root.Mark());
     read_top(top, r);
+    read_nodes(top, r);
     read_table(top.child("table"), r);
     read_model(top.child("model"), r);
     top.require("shards");
@@ -890,6 +1019,7 @@ expected<manifest> parse_manifest(std::string_view text, const std::string& file
     read_data(top.child("data"), r);
     read_dense(top.child("dense"), r);
     read_metrics(top.child("metrics"), r);
+    read_admin(top.child("admin"), r);
     read_checkpoint(top.child("checkpoint"), r);
     if (top.has("serving")) read_serving(top.child("serving"), r);
     if (top.has("updates")) read_updates(top.child("updates"), r);

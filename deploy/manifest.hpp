@@ -52,6 +52,28 @@ struct metrics_settings {
 // `caches.backend`: where the cache tiers keep their rows.
 enum class cache_backend_choice { cpu, gpu };
 
+// `nodes[i]`: one host of the cluster (docs/manifest.md). The first node
+// runs the coordinator. Until the UCX transport lands a cluster runs on one
+// node; the list is validated so multi-node placement plugs in.
+struct node_settings {
+  std::string name;
+  std::string host;
+  uint16_t transport_port = 0;     // UCX listener; 0: chosen by the transport
+  uint32_t devices = 0;            // GPUs used (0: the CPU cache backend)
+  uint64_t dram_bytes = 0;         // DRAM budget of the node's shards (0: unchecked)
+  std::filesystem::path ssd_path;  // LMDB environments on this node (empty: shards.ssd_path)
+  uint16_t metrics_port = 0;
+  uint16_t admin_port = 0;
+};
+
+// `admin`: the coordinator node's admin API (deploy/admin_server.hpp).
+struct admin_settings {
+  uint16_t port = 0;                       // 0: no admin API
+  std::string bind_address = "127.0.0.1";  // loopback unless asked otherwise
+  std::string token;                       // required by every request (Bearer)
+  std::filesystem::path token_file;        // or read from this file at start (trimmed)
+};
+
 // What the launcher does when a node process dies (checkpoint.on_failure).
 enum class failure_policy : uint8_t {
   stop,     // exit non-zero naming the node (default)
@@ -110,6 +132,9 @@ struct manifest {
   std::optional<model::datagen_config> generate;
   std::filesystem::path ssd_path;  // shards' LMDB environments: ssd_path / "shard-<i>"
   metrics_settings metrics;        // node filled in (the cluster's name by default)
+  admin_settings admin;
+  std::vector<node_settings> nodes;    // empty: one implicit node
+  std::vector<std::string> placement;  // shard -> node name; empty: spread
   failure_policy on_failure = failure_policy::stop;
   uint32_t max_restarts = 3;  // restarts before the launcher gives up (restart policy)
   // True once the training/held-out windows are in `cluster` (after
@@ -138,6 +163,10 @@ expected<void> apply_data_split(manifest& m, uint64_t data_examples);
 // apply_data_split with the file's line count (counted only when the split
 // is a fraction); the data file must exist then.
 expected<void> resolve_data_split(manifest& m);
+
+// The admin token: admin.token, or the trimmed content of admin.token_file
+// (errors name the file).
+expected<std::string> admin_token(const manifest& m);
 
 // The LMDB environment directory of shard `index`.
 std::filesystem::path shard_directory(const std::filesystem::path& ssd_path, uint32_t index);

@@ -224,6 +224,10 @@ shard_actor::behavior_type fake_shard(shard_actor::stateful_pointer<fake_shard_s
       [](stats_atom) -> tier_stats { return {}; },
       [](checkpoint_atom, uint64_t, const std::string&) -> ok_atom { return ok_atom::value; },
       [](copied_atom, uint64_t) -> uint64_t { return 0; },
+      [](migrate_atom, const migration_order&) -> migration_stats { return {}; },
+      [](fence_atom, uint64_t) -> migration_stats { return {}; },
+      [](migrate_in_atom, const row_batch&) -> ok_atom { return ok_atom::value; },
+      [](commit_atom, const routing_table&) -> ok_atom { return ok_atom::value; },
   };
 }
 

@@ -1,0 +1,69 @@
+// The admin API of the coordinator's node: HTTP/1.1 (Boost.Beast) on the
+// manifest's admin port, loopback unless the manifest binds elsewhere.
+// Every request needs `Authorization: Bearer <token>` (401 without it).
+//
+//   GET  /status      JSON: nodes and their health, shards with their
+//                     partitions and rows per tier, cache tiers, the
+//                     partition map's epoch, training progress
+//   POST /scale       {"shards": N, "placement": ["node", ...]} (placement
+//                     optional: one known node name per shard, or "spread");
+//                     answers once the new map is committed
+//   POST /checkpoint  a checkpoint at the next cut; answers its directory
+//   POST /stop        graceful stop at the next cut (202)
+//
+// Bad requests (malformed JSON, unknown fields, impossible targets) get a
+// 4xx with {"error": "..."}; an unknown path 404; a wrong method 405.
+//
+// Threads: one accepts; each connection is served on a thread of its own
+// (a scale may take long; /status stays answerable meanwhile); requests to
+// the actors are blocking scoped_actor requests with a deadline. stop()
+// (or the destructor) closes the port and joins every thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "actors/training_protocol.hpp"
+#include "common/error.hpp"
+
+namespace strata::deploy {
+
+struct admin_node {
+  std::string name;
+  std::string host;
+};
+
+struct admin_config {
+  std::string bind_address = "127.0.0.1";
+  uint16_t port = 0;  // 0: any free port (see admin_server::port())
+  std::string token;  // required, non-empty
+  std::string cluster;
+  std::vector<admin_node> nodes;  // the manifest's nodes; the first is this one
+  // How long a request may wait for the actors (a scale waits for its commit).
+  uint32_t request_timeout_seconds = 600;
+};
+
+class admin_server {
+ public:
+  // Binds the port (errors name address and port) and starts serving.
+  static expected<std::unique_ptr<admin_server>> start(const admin_config& config,
+                                                       caf::actor_system& system,
+                                                       actors::coordinator_actor coordinator);
+  ~admin_server();
+  admin_server(const admin_server&) = delete;
+  admin_server& operator=(const admin_server&) = delete;
+
+  uint16_t port() const;
+  std::string url() const;  // http://address:port
+  void stop();
+
+  struct impl;
+
+ private:
+  explicit admin_server(std::unique_ptr<impl> impl);
+  std::unique_ptr<impl> impl_;
+};
+
+}  // namespace strata::deploy

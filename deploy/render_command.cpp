@@ -1,0 +1,39 @@
+// `strata render k8s MANIFEST [--image I] [--namespace N] [--ssd-size S]
+// [--storage-class C]`: Kubernetes objects for the manifest's cluster on
+// stdout (deploy/render_k8s.hpp). The manifest is validated first.
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "deploy/commands.hpp"
+#include "deploy/render_k8s.hpp"
+
+namespace strata::cli {
+
+void add_render_command(CLI::App& app, int& exit_code) {
+  auto* cmd = app.add_subcommand("render", "deployment objects for a manifest");
+  cmd->require_subcommand(1);
+  auto path = std::make_shared<std::string>();
+  auto opts = std::make_shared<deploy::k8s_options>();
+  auto* k8s = cmd->add_subcommand(
+      "k8s", "Kubernetes objects: ConfigMap, Secret, headless Service, a StatefulSet per node");
+  k8s->add_option("manifest", *path, "the manifest")->required();
+  k8s->add_option("--image", opts->image, "container image with strata (default strata:latest)");
+  k8s->add_option("--namespace", opts->namespace_name, "metadata.namespace of every object");
+  k8s->add_option("--ssd-size", opts->ssd_size, "size of each SSD volume claim (default 100Gi)");
+  k8s->add_option("--storage-class", opts->storage_class, "storage class of the SSD volumes");
+  k8s->callback([path, opts, &exit_code] {
+    auto m = deploy::load_manifest(*path);
+    if (!m) {
+      std::fprintf(stderr, "strata render k8s: %s\n", m.err().message().c_str());
+      exit_code = 1;
+      return;
+    }
+    std::ifstream in(*path);
+    std::stringstream text;
+    text << in.rdbuf();
+    std::fputs(deploy::render_k8s(*m, text.str(), *opts).c_str(), stdout);
+  });
+}
+
+}  // namespace strata::cli

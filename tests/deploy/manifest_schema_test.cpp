@@ -1,0 +1,195 @@
+// The manifest validation table: malformed manifests, each with the exact
+// error `strata validate` must give (file, line, field, what was expected),
+// and the drift check: every shipped example and every malformed case the
+// JSON Schema can express gets the same verdict from the validator and from
+// deploy/manifest.schema.json (checked by tests/deploy/schema_check.py with
+// python3-jsonschema; that half skips with the reason when it is missing).
+// Rules between fields (duplicate node names, placement on an unknown node,
+// a budget too small for one row, ...) are beyond JSON Schema: the schema
+// accepts those files, the validator names the rule.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "deploy/manifest.hpp"
+#include "tests/tiers/test_util.hpp"
+
+namespace strata::deploy {
+namespace {
+
+using strata::testing::temp_dir;
+
+const char* const base =
+    "name: t\n"                 // 1
+    "mode: async\n"             // 2
+    "nodes:\n"                  // 3
+    "  - name: n0\n"            // 4
+    "    host: 127.0.0.1\n"     // 5
+    "    dram_bytes: 1GiB\n"    // 6
+    "  - name: n1\n"            // 7
+    "    host: 127.0.0.1\n"     // 8
+    "    admin_port: 7071\n"    // 9
+    "shards:\n"                 // 10
+    "  count: 2\n"              // 11
+    "  placement: [n0, n1]\n"   // 12
+    "  dram_bytes: 64MiB\n"     // 13
+    "  ssd_path: /tmp/state\n"  // 14
+    "caches:\n"                 // 15
+    "  count: 1\n"              // 16
+    "workers:\n"                // 17
+    "  count: 2\n"              // 18
+    "data:\n"                   // 19
+    "  path: /tmp/d.tsv\n"      // 20
+    "metrics:\n"                // 21
+    "  port: 9464\n"            // 22
+    "admin:\n"                  // 23
+    "  port: 7070\n"            // 24
+    "  token: secret\n";        // 25
+
+// The base with line `line` (1-based) replaced by `text`.
+std::string edit(size_t line, const std::string& text) {
+  std::istringstream in(base);
+  std::string out, l;
+  for (size_t n = 1; std::getline(in, l); ++n) out += (n == line ? text : l) + "\n";
+  return out;
+}
+
+struct bad_manifest {
+  std::string name;
+  std::string text;
+  std::string error;     // the validator's exact message (one error)
+  bool schema_can_tell;  // false: a rule between fields
+};
+
+std::vector<bad_manifest> table() {
+  return {
+      {"unknown_field", edit(16, "  cont: 1"),
+       "m.yaml:16: caches.cont: unknown key (expected one of: count, sets, slabs_per_set, "
+       "staleness)",
+       true},
+      {"wrong_type", edit(11, "  count: two"),
+       "m.yaml:11: shards.count: expected a whole number, got \"two\"", true},
+      {"port_out_of_range", edit(22, "  port: 70000"),
+       "m.yaml:22: metrics.port: must be in [0, 65535], got 70000", true},
+      {"admin_port_out_of_range", edit(24, "  port: 65536"),
+       "m.yaml:24: admin.port: must be in [0, 65535], got 65536", true},
+      {"node_port_out_of_range", edit(9, "    admin_port: 99999"),
+       "m.yaml:9: nodes[1].admin_port: must be in [0, 65535], got 99999", true},
+      {"bad_enum", edit(2, "mode: turbo"),
+       "m.yaml:2: mode: expected one of async, pass, got \"turbo\"", true},
+      {"bad_size", edit(13, "  dram_bytes: lots"),
+       "m.yaml:13: shards.dram_bytes: expected a size like 64MiB, got \"lots\"", true},
+      {"node_without_host", edit(8, "    hostname: 127.0.0.1"),
+       "m.yaml:8: nodes[1].hostname: unknown key (expected one of: admin_port, devices, "
+       "dram_bytes, host, metrics_port, name, ssd_path, transport_port)",
+       true},
+      {"bad_placement", edit(12, "  placement: packed"),
+       "m.yaml:12: shards.placement: expected \"spread\" or a list of node names, got \"packed\"",
+       true},
+      {"zero_shards", edit(11, "  count: 0"),
+       "m.yaml:11: shards.count: must be in [1, 4096], got 0", true},
+      {"duplicate_node_name", edit(7, "  - name: n0"),
+       "m.yaml:7: nodes[1].name: duplicate node name \"n0\"", false},
+      {"shard_on_unknown_node", edit(12, "  placement: [n0, n9]"),
+       "m.yaml:12: shards.placement[1]: shard 1 placed on unknown node \"n9\"", false},
+      {"budget_below_one_row", edit(13, "  dram_bytes: 64B"),
+       "m.yaml:13: shards.dram_bytes: too small to hold one row (524 bytes at row dim 9)", false},
+      {"node_budget_too_small", edit(6, "    dram_bytes: 1MiB"),
+       "m.yaml:4: nodes[0].dram_bytes: node budget 1 MiB cannot hold one shard's "
+       "shards.dram_bytes (64 MiB)",
+       false},
+      {"admin_without_token", edit(25, "  bind_address: 127.0.0.1"),
+       "m.yaml:24: admin.port: the admin API needs admin.token or admin.token_file", false},
+  };
+}
+
+TEST(ManifestTable, EveryMalformedManifestGetsItsExactError) {
+  auto ok = parse_manifest(base, "m.yaml");
+  ASSERT_TRUE(ok) << ok.err().message();
+  EXPECT_EQ(ok->nodes.size(), 2u);
+  EXPECT_EQ(ok->placement, (std::vector<std::string>{"n0", "n1"}));
+  for (const auto& bad : table()) {
+    auto m = parse_manifest(bad.text, "m.yaml");
+    ASSERT_FALSE(m) << bad.name << " parsed";
+    EXPECT_NE(m.err().message().find(bad.error), std::string::npos)
+        << bad.name << ": expected\n  " << bad.error << "\nin\n  " << m.err().message();
+  }
+}
+
+// Runs the schema checker over files; file -> "valid" / "invalid: ...".
+// Empty with `why` set when the checker cannot run here.
+std::map<std::string, std::string> schema_verdicts(const std::vector<std::string>& files,
+                                                   std::string& why) {
+  std::string cmd = "python3 " STRATA_SOURCE_DIR "/tests/deploy/schema_check.py " STRATA_SOURCE_DIR
+                    "/deploy/manifest.schema.json";
+  for (const auto& f : files) cmd += " '" + f + "'";
+  cmd += " 2>&1";
+  FILE* pipe = ::popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  while (pipe && std::fgets(buf, sizeof buf, pipe)) out += buf;
+  const int rc = pipe ? ::pclose(pipe) : -1;
+  std::map<std::string, std::string> verdicts;
+  if (rc != 0) {
+    why =
+        "schema checker unavailable (python3 with jsonschema and yaml; .ci/run installs "
+        "python3-jsonschema python3-yaml): " +
+        out;
+    return verdicts;
+  }
+  std::istringstream lines(out);
+  for (std::string line; std::getline(lines, line);) {
+    const auto colon = line.find(": ");
+    if (colon != std::string::npos) verdicts[line.substr(0, colon)] = line.substr(colon + 2);
+  }
+  return verdicts;
+}
+
+TEST(ManifestSchema, ValidatorAndSchemaGiveTheSameVerdicts) {
+  temp_dir dir;
+  std::vector<std::string> files;
+  std::map<std::string, bool> validator_valid;
+  std::map<std::string, bool> compared;
+  for (const char* example : {"local", "cluster3", "large"}) {
+    const std::string f = std::string(STRATA_SOURCE_DIR) + "/deploy/examples/" + example + ".yaml";
+    files.push_back(f);
+    auto m = load_manifest(f);
+    EXPECT_TRUE(m) << f << ": " << (m ? "" : m.err().message());
+    validator_valid[f] = static_cast<bool>(m);
+    compared[f] = true;
+  }
+  const std::string base_file = (dir.path() / "base.yaml").string();
+  std::ofstream(base_file) << base;
+  files.push_back(base_file);
+  validator_valid[base_file] = static_cast<bool>(parse_manifest(base, "base.yaml"));
+  compared[base_file] = true;
+  for (const auto& bad : table()) {
+    const std::string f = (dir.path() / (bad.name + ".yaml")).string();
+    std::ofstream(f) << bad.text;
+    files.push_back(f);
+    validator_valid[f] = static_cast<bool>(parse_manifest(bad.text, f));
+    compared[f] = bad.schema_can_tell;
+  }
+  std::string why;
+  auto verdicts = schema_verdicts(files, why);
+  if (verdicts.empty()) GTEST_SKIP() << why;
+  for (const auto& f : files) {
+    ASSERT_TRUE(verdicts.count(f)) << "no schema verdict for " << f;
+    const bool schema_valid = verdicts[f] == "valid";
+    if (compared[f])
+      EXPECT_EQ(schema_valid, validator_valid[f])
+          << f << ": validator says " << (validator_valid[f] ? "valid" : "invalid")
+          << ", schema says " << verdicts[f];
+    else
+      // A rule between fields: the schema alone accepts the file.
+      EXPECT_TRUE(schema_valid) << f << ": " << verdicts[f];
+  }
+}
+
+}  // namespace
+}  // namespace strata::deploy
