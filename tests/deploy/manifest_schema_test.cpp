@@ -69,7 +69,7 @@ struct bad_manifest {
 std::vector<bad_manifest> table() {
   return {
       {"unknown_field", edit(16, "  cont: 1"),
-       "m.yaml:16: caches.cont: unknown key (expected one of: count, sets, slabs_per_set, "
+       "m.yaml:16: caches.cont: unknown key (expected one of: backend, count, sets, slabs_per_set, "
        "staleness)",
        true},
       {"wrong_type", edit(11, "  count: two"),
@@ -168,6 +168,19 @@ TEST(ManifestSchema, ValidatorAndSchemaGiveTheSameVerdicts) {
   files.push_back(base_file);
   validator_valid[base_file] = static_cast<bool>(parse_manifest(base, "base.yaml"));
   compared[base_file] = true;
+  // The serving and update sections (strata serve; the training node's
+  // publisher) are in the schema too.
+  const std::string serving_text = std::string(base) +
+                                   "serving:\n  http_port: 8080\n  cache_backend: cpu\n"
+                                   "  replicas: [\"127.0.0.1:9000\"]\n  subscribe: 127.0.0.1:9001\n"
+                                   "  async_insert_hit_rate: 0.8\n  max_http_body_bytes: 1MiB\n"
+                                   "updates:\n  port: 0\n  interval_ms: 100\n  max_rows: 64\n";
+  const std::string serving_file = (dir.path() / "serving.yaml").string();
+  std::ofstream(serving_file) << serving_text;
+  files.push_back(serving_file);
+  validator_valid[serving_file] = static_cast<bool>(parse_manifest(serving_text, "serving.yaml"));
+  EXPECT_TRUE(validator_valid[serving_file]);
+  compared[serving_file] = true;
   for (const auto& bad : table()) {
     const std::string f = (dir.path() / (bad.name + ".yaml")).string();
     std::ofstream(f) << bad.text;
