@@ -125,8 +125,9 @@ TEST(ManifestTable, EveryMalformedManifestGetsItsExactError) {
 // Empty with `why` set when the checker cannot run here.
 std::map<std::string, std::string> schema_verdicts(const std::vector<std::string>& files,
                                                    std::string& why) {
-  std::string cmd = "python3 " STRATA_SOURCE_DIR "/tests/deploy/schema_check.py " STRATA_SOURCE_DIR
-                    "/deploy/manifest.schema.json";
+  std::string cmd =
+      "/usr/bin/python3 " STRATA_SOURCE_DIR "/tests/deploy/schema_check.py " STRATA_SOURCE_DIR
+      "/deploy/manifest.schema.json";
   for (const auto& f : files) cmd += " '" + f + "'";
   cmd += " 2>&1";
   FILE* pipe = ::popen(cmd.c_str(), "r");
