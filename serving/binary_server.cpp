@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "client/frame_socket.hpp"
+#include "serving/listener.hpp"
 
 namespace strata::serving {
 
@@ -151,19 +152,7 @@ binary_server::binary_server(serving_service& service) : impl_(std::make_unique<
 binary_server::~binary_server() { stop(); }
 
 status binary_server::start(const std::string& bind_address, uint16_t port) {
-  boost::system::error_code ec;
-  const auto address = asio::ip::make_address(bind_address, ec);
-  if (ec)
-    return error(errc::invalid_argument,
-                 "serving binary port: bad bind address '" + bind_address + "'");
-  const tcp::endpoint at(address, port);
-  impl_->acceptor.open(at.protocol(), ec);
-  if (!ec) impl_->acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
-  if (!ec) impl_->acceptor.bind(at, ec);
-  if (!ec) impl_->acceptor.listen(asio::socket_base::max_listen_connections, ec);
-  if (ec)
-    return error(errc::unavailable, "serving binary port " + bind_address + ":" +
-                                        std::to_string(port) + ": " + ec.message());
+  STRATA_TRY(open_listener(impl_->acceptor, bind_address, port, "serving binary port"));
   impl_->port = impl_->acceptor.local_endpoint().port();
   impl_->accept_thread = std::thread([this] { impl_->accept_loop(); });
   return {};

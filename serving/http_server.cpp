@@ -8,6 +8,8 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "serving/listener.hpp"
+
 namespace strata::serving {
 
 namespace asio = boost::asio;
@@ -240,19 +242,7 @@ http_server::http_server(serving_service& service, size_t max_body_bytes)
 http_server::~http_server() { stop(); }
 
 status http_server::start(const std::string& bind_address, uint16_t port) {
-  boost::system::error_code ec;
-  const auto address = asio::ip::make_address(bind_address, ec);
-  if (ec)
-    return error(errc::invalid_argument,
-                 "serving http port: bad bind address '" + bind_address + "'");
-  const tcp::endpoint at(address, port);
-  impl_->acceptor.open(at.protocol(), ec);
-  if (!ec) impl_->acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
-  if (!ec) impl_->acceptor.bind(at, ec);
-  if (!ec) impl_->acceptor.listen(asio::socket_base::max_listen_connections, ec);
-  if (ec)
-    return error(errc::unavailable, "serving http port " + bind_address + ":" +
-                                        std::to_string(port) + ": " + ec.message());
+  STRATA_TRY(open_listener(impl_->acceptor, bind_address, port, "serving http port"));
   impl_->port = impl_->acceptor.local_endpoint().port();
   impl_->accept_thread = std::thread([this] { impl_->accept_loop(); });
   return {};

@@ -10,6 +10,8 @@
 #include <thread>
 #include <unordered_map>
 
+#include "serving/listener.hpp"
+
 namespace strata::serving {
 
 namespace asio = boost::asio;
@@ -140,19 +142,7 @@ update_publisher::~update_publisher() { stop(); }
 
 status update_publisher::start() {
   auto& p = *impl_;
-  boost::system::error_code ec;
-  const auto address = asio::ip::make_address(p.config.bind_address, ec);
-  if (ec)
-    return error(errc::invalid_argument,
-                 "update publisher: bad bind address '" + p.config.bind_address + "'");
-  const tcp::endpoint at(address, p.config.port);
-  p.acceptor.open(at.protocol(), ec);
-  if (!ec) p.acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
-  if (!ec) p.acceptor.bind(at, ec);
-  if (!ec) p.acceptor.listen(asio::socket_base::max_listen_connections, ec);
-  if (ec)
-    return error(errc::unavailable, "update publisher " + p.config.bind_address + ":" +
-                                        std::to_string(p.config.port) + ": " + ec.message());
+  STRATA_TRY(open_listener(p.acceptor, p.config.bind_address, p.config.port, "update publisher"));
   p.port = p.acceptor.local_endpoint().port();
   p.accept_thread = std::thread([this] { impl_->accept_loop(); });
   return {};
