@@ -21,6 +21,7 @@
 #include "actors/worker_actor.hpp"
 #include "common/file_manifest.hpp"
 #include "model/datagen.hpp"
+#include "tests/actors/training_test_util.hpp"
 #include "tests/tiers/test_util.hpp"
 #include "tiers/lmdb_tier.hpp"
 
@@ -66,22 +67,14 @@ cluster_config small_cluster(const fs::path& data, const fs::path& state,
   c.table.initializer.normal_stddev = 0.01f;
   c.table.initializer.seed = 3;
   c.dense.learning_rate = 0.002f;
-  for (uint32_t s = 0; s < shards; ++s) {
-    shard_config sc;
-    sc.index = s;
-    sc.table = c.table;
-    sc.dram.capacity_bytes = 96 << 10;
-    sc.lmdb.directory = state / ("shard-" + std::to_string(s));
-    sc.lmdb.table = c.table.name;
-    sc.lmdb.partitions = c.partitions;
-    sc.lmdb.map_bytes = size_t{256} << 20;
-    sc.flush_batch_rows = 256;
-    c.shards.push_back(sc);
-  }
-  cache_config cc;
-  cc.table = c.table;
-  cc.geometry.sets = 16;
-  c.caches.push_back(cc);
+  shard_config shard;
+  shard.dram.capacity_bytes = 96 << 10;
+  shard.lmdb.map_bytes = size_t{256} << 20;
+  shard.flush_batch_rows = 256;
+  add_shards(c, shards, state, shard, "shard-");
+  cache_config cache;
+  cache.geometry.sets = 16;
+  add_caches(c, 1, cache);
   for (uint32_t w = 0; w < workers; ++w) {
     worker_config wc;
     wc.index = w;

@@ -76,29 +76,17 @@ cluster_config scaling_cluster(training_mode mode, const std::filesystem::path& 
   c.table.optimizer.kind = opt;
   c.table.optimizer.learning_rate = opt == optimizer_kind::sgd ? 1.0f : 0.05f;
   c.table.initializer.kind = initializer_kind::zeros;
-  for (uint32_t s = 0; s < 2; ++s) {
-    shard_config sc;
-    sc.index = s;
-    sc.table = c.table;
-    sc.dram.capacity_bytes = 20 << 10;  // a few hundred rows: most rows cycle through LMDB
-    sc.lmdb.directory = dir / ("shard" + std::to_string(s));
-    sc.lmdb.table = c.table.name;
-    sc.lmdb.partitions = c.partitions;
-    sc.lmdb.map_bytes = size_t{64} << 20;
-    sc.flush_batch_rows = 16;
-    sc.max_flushes_in_flight = 2;
-    sc.flush_on_own_thread = false;  // deterministic on the test_coordinator
-    c.shards.push_back(sc);
-  }
-  for (uint32_t i = 0; i < 2; ++i) {
-    cache_config cc;
-    cc.index = i;
-    cc.table = c.table;
-    cc.geometry.sets = 2;  // 64 rows per cache tier
-    cc.geometry.slabs_per_set = 1;
-    cc.staleness = 4;
-    c.caches.push_back(cc);
-  }
+  shard_config shard;
+  shard.dram.capacity_bytes = 20 << 10;  // a few hundred rows: most rows cycle through LMDB
+  shard.lmdb.map_bytes = size_t{64} << 20;
+  shard.flush_batch_rows = 16;
+  shard.max_flushes_in_flight = 2;
+  shard.flush_on_own_thread = false;  // deterministic on the test_coordinator
+  add_shards(c, 2, dir, shard);
+  cache_config cache;
+  cache.geometry.sets = 2;  // 64 rows per cache tier
+  cache.staleness = 4;
+  add_caches(c, 2, cache);
   for (uint32_t w = 0; w < workers; ++w) {
     worker_config wc;
     wc.index = w;

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <memory>
 #include <optional>
+#include <string>
 #include <thread>
 
 #include "actors/coordinator_actor.hpp"
@@ -151,6 +152,32 @@ class increment_gradients final : public gradient_source {
   std::shared_ptr<uint64_t> bad_rows_;
 };
 
+// Appends `count` shards to c, each `base` with its index, the cluster's
+// table and partitions, and its LMDB environment under dir/<prefix><i>.
+inline void add_shards(cluster_config& c, uint32_t count, const std::filesystem::path& dir,
+                       shard_config base, const std::string& prefix = "shard") {
+  for (uint32_t s = 0; s < count; ++s) {
+    shard_config sc = base;
+    sc.index = s;
+    sc.table = c.table;
+    sc.lmdb.directory = dir / (prefix + std::to_string(s));
+    sc.lmdb.table = c.table.name;
+    sc.lmdb.partitions = c.partitions;
+    c.shards.push_back(std::move(sc));
+  }
+}
+
+// Appends `count` cache tiers to c, each `base` with its index and the
+// cluster's table.
+inline void add_caches(cluster_config& c, uint32_t count, cache_config base) {
+  for (uint32_t i = 0; i < count; ++i) {
+    cache_config cc = base;
+    cc.index = i;
+    cc.table = c.table;
+    c.caches.push_back(std::move(cc));
+  }
+}
+
 // A CTR-model cluster (Adagrad rows, 2 shards under `dir`, 2 cache tiers,
 // `workers` workers reading disjoint windows of `data`).
 inline cluster_config model_cluster(training_mode mode, const std::filesystem::path& dir,
@@ -175,24 +202,13 @@ inline cluster_config model_cluster(training_mode mode, const std::filesystem::p
   c.table.initializer.normal_stddev = 0.01f;
   c.table.initializer.seed = 3;
   c.dense.learning_rate = 0.002f;
-  for (uint32_t s = 0; s < 2; ++s) {
-    shard_config sc;
-    sc.index = s;
-    sc.table = c.table;
-    sc.dram.capacity_bytes = size_t{64} << 20;
-    sc.lmdb.directory = dir / ("shard" + std::to_string(s));
-    sc.lmdb.table = c.table.name;
-    sc.lmdb.partitions = c.partitions;
-    sc.lmdb.map_bytes = size_t{1} << 30;
-    c.shards.push_back(sc);
-  }
-  for (uint32_t i = 0; i < 2; ++i) {
-    cache_config cc;
-    cc.index = i;
-    cc.table = c.table;
-    cc.geometry.sets = 1024;
-    c.caches.push_back(cc);
-  }
+  shard_config shard;
+  shard.dram.capacity_bytes = size_t{64} << 20;
+  shard.lmdb.map_bytes = size_t{1} << 30;
+  add_shards(c, 2, dir, shard);
+  cache_config cache;
+  cache.geometry.sets = 1024;
+  add_caches(c, 2, cache);
   for (uint32_t w = 0; w < workers; ++w) {
     worker_config wc;
     wc.index = w;
