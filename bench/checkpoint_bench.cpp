@@ -10,6 +10,7 @@
 
 #include "actors/checkpoint.hpp"
 #include "actors/local_cluster.hpp"
+#include "bench/training_data.hpp"
 #include "common/file_manifest.hpp"
 #include "common/hash.hpp"
 #include "model/datagen.hpp"
@@ -179,17 +180,7 @@ void bench_training(const checkpoint_bench_options& o, bench_report& report) {
   }
   auto run = [&](const std::string& label, bool checkpoints) {
     actors::cluster_config c = o.base;
-    const auto workers = static_cast<uint32_t>(c.workers.size());
-    for (auto& w : c.workers) {
-      w.data.path = data;
-      w.data.format = model::data_format::criteo_tsv;
-      w.data.shard_index = w.index;
-      w.data.shard_count = workers;
-      w.data.skip = 0;
-      w.data.limit = o.train_rows / workers;
-      w.max_batches = 0;
-      w.epochs = 1;
-    }
+    split_training_data(c, data, o.train_rows);
     c.heldout = model::reader_config{};
     c.heldout_examples = 0;
     const fs::path root = o.work_dir / ("train-" + label);

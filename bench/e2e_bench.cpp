@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "actors/local_cluster.hpp"
+#include "bench/training_data.hpp"
 #include "model/datagen.hpp"
 
 namespace strata::bench {
@@ -26,17 +27,7 @@ std::string shell_quote(const std::string& s) {
 // the first train_rows rows, the held-out window follows them.
 void use_data(actors::cluster_config& config, const std::filesystem::path& data,
               const e2e_bench_options& o, const std::filesystem::path& lmdb_root) {
-  const auto workers = static_cast<uint32_t>(config.workers.size());
-  for (auto& w : config.workers) {
-    w.data.path = data;
-    w.data.format = model::data_format::criteo_tsv;
-    w.data.shard_index = w.index;
-    w.data.shard_count = workers;
-    w.data.skip = 0;
-    w.data.limit = o.train_rows / workers;
-    w.max_batches = 0;
-    w.epochs = 1;
-  }
+  split_training_data(config, data, o.train_rows);
   config.heldout = model::reader_config{};
   config.heldout.path = data;
   config.heldout.format = model::data_format::criteo_tsv;
