@@ -407,7 +407,9 @@ expected<verify_report> verify_checkpoint(const fs::path& dir, const table_confi
   return report;
 }
 
-expected<checkpoint_meta> restore_checkpoint(const fs::path& dir, cluster_config& config) {
+expected<checkpoint_meta> restore_checkpoint(const fs::path& dir, cluster_config& config,
+                                             const std::vector<bool>& hosted) {
+  auto here = [&hosted](uint32_t s) { return hosted.empty() || hosted[s]; };
   auto verified = verify_checkpoint(dir, &config.table, config.partitions);
   if (!verified) return verified.err();
   const checkpoint_meta& meta = verified->meta;
@@ -427,7 +429,12 @@ expected<checkpoint_meta> restore_checkpoint(const fs::path& dir, cluster_config
 
   // The new shards' environments, empty.
   std::vector<std::unique_ptr<lmdb_tier>> targets;
-  for (auto& shard : config.shards) {
+  for (uint32_t s = 0; s < new_shards; ++s) {
+    const auto& shard = config.shards[s];
+    if (!here(s)) {
+      targets.push_back(nullptr);
+      continue;
+    }
     std::error_code ec;
     if (fs::exists(shard.lmdb.directory, ec) && !fs::is_empty(shard.lmdb.directory, ec))
       return error(errc::invalid_argument,
@@ -455,9 +462,14 @@ expected<checkpoint_meta> restore_checkpoint(const fs::path& dir, cluster_config
     auto source = lmdb_tier::open(layout, read_only_config(shard_dir, meta));
     if (!source) return source.err();
     uint64_t rows = 0;
+    bool skipped = false;  // partitions restored by another node
     for (uint32_t p = 0; p < meta.partitions; ++p) {
       if (meta.owners[p] != old) continue;
       const uint32_t to = map.owner(p);
+      if (!here(to)) {
+        skipped = true;
+        continue;
+      }
       expected<void> failed;
       auto scanned = (*source)->range_scan(p, [&](uint64_t key, const std::byte* record) {
         pending[to].append(key, record);
@@ -470,13 +482,14 @@ expected<checkpoint_meta> restore_checkpoint(const fs::path& dir, cluster_config
       if (!scanned) return scanned.err();
       if (!failed) return failed.err();
     }
-    if (rows != meta.shard_rows[old])
+    if (!skipped && rows != meta.shard_rows[old])
       return error(errc::corrupt_data, (shard_dir / "data.mdb").string() + ": restored " +
                                            std::to_string(rows) + " rows, CHECKPOINT records " +
                                            std::to_string(meta.shard_rows[old]) +
                                            " (rows outside the partitions the map gives it?)");
   }
   for (uint32_t s = 0; s < new_shards; ++s) {
+    if (!here(s)) continue;
     auto flushed = flush(s);
     if (!flushed) return flushed.err();
     auto synced = targets[s]->sync();

@@ -115,8 +115,11 @@ expected<verify_report> verify_checkpoint(const std::filesystem::path& dir,
 // shard's restored_tick and restored_sketch (summed over the old shards
 // when the shard count changed: never under-counts), each worker's
 // skip_batches (its recorded position) and the restored totals. Returns
-// the checkpoint's metadata.
+// the checkpoint's metadata. `hosted` (multi-node: the shards this node
+// hosts; empty: all) limits which environments are written; every node
+// restores its own, the rest of `config` is filled the same everywhere.
 expected<checkpoint_meta> restore_checkpoint(const std::filesystem::path& dir,
-                                             cluster_config& config);
+                                             cluster_config& config,
+                                             const std::vector<bool>& hosted = {});
 
 }  // namespace strata::actors

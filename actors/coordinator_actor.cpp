@@ -561,6 +561,7 @@ caf::typed_response_promise<scale_result> start_scale(coordinator_pointer self, 
   if (target == 0) return refuse("at least one shard is needed");
   if (target > partitions)
     return refuse("only " + std::to_string(partitions) + " partitions to spread");
+  if (!s.peers.factory.refuse_scaling.empty()) return refuse(s.peers.factory.refuse_scaling);
   if (target > current && !s.peers.factory.spawn) return refuse("this cluster cannot spawn shards");
   if (target == current) {
     promise.deliver(scale_result{s.plan.map.epoch(), current, 0, 0, 0, 0});
@@ -754,7 +755,8 @@ std::filesystem::path numbered_sibling(const std::filesystem::path& dir, uint32_
 
 expected<training_cluster> spawn_training_cluster(caf::actor_system& system,
                                                   const cluster_config& config,
-                                                  const worker_seams& seams, progress_sink sink) {
+                                                  const worker_seams& seams, progress_sink sink,
+                                                  const cluster_placement& placement) {
   if (config.shards.empty() || config.caches.empty() || config.workers.empty())
     return error(errc::invalid_argument,
                  "cluster '" + config.name + "': needs at least one shard, cache tier and worker");
@@ -770,24 +772,55 @@ expected<training_cluster> spawn_training_cluster(caf::actor_system& system,
     cluster.stop();
     return err;
   };
-  for (auto shard : config.shards) {
+  for (uint32_t i = 0; i < config.shards.size(); ++i) {
+    if (placement.remote_shard) {
+      if (auto proxy = placement.remote_shard(i)) {
+        cluster.shards.push_back(*proxy);
+        cluster.shard_here.push_back(false);
+        continue;
+      }
+    }
+    auto shard = config.shards[i];
     shard.chain.incarnation = config.incarnation;
     auto spawned = spawn_shard(system, shard);
     if (!spawned) return stop_on_error(spawned.err());
     cluster.shards.push_back(*spawned);
+    cluster.shard_here.push_back(true);
   }
   cluster.map = partition_map(config.partitions, static_cast<uint32_t>(cluster.shards.size()));
-  for (const auto& cache : config.caches) {
-    auto spawned = spawn_cache_tier(system, cache, config.mode, cluster.shards, cluster.map);
+  for (uint32_t i = 0; i < config.caches.size(); ++i) {
+    if (placement.remote_cache) {
+      if (auto proxy = placement.remote_cache(i)) {
+        cluster.caches.push_back(*proxy);
+        cluster.cache_here.push_back(false);
+        continue;
+      }
+    }
+    auto spawned =
+        spawn_cache_tier(system, config.caches[i], config.mode, cluster.shards, cluster.map);
     if (!spawned) return stop_on_error(spawned.err());
     cluster.caches.push_back(*spawned);
+    cluster.cache_here.push_back(true);
   }
-  cluster.dense = spawn_dense(
-      system, config.dense,
-      seams.initial_dense ? *seams.initial_dense : model::ctr_model(config.model).initial_dense(),
-      config.restored_dense);
+  if (placement.remote_dense) {
+    cluster.dense = *placement.remote_dense;
+    cluster.dense_here = false;
+  } else {
+    cluster.dense = spawn_dense(
+        system, config.dense,
+        seams.initial_dense ? *seams.initial_dense : model::ctr_model(config.model).initial_dense(),
+        config.restored_dense);
+  }
   const row_layout& layout = config.table.layout;
-  for (size_t w = 0; w < config.workers.size(); ++w) {
+  for (uint32_t w = 0; w < config.workers.size(); ++w) {
+    if (placement.remote_worker) {
+      if (auto proxy = placement.remote_worker(w)) {
+        cluster.workers.push_back(*proxy);
+        cluster.worker_here.push_back(false);
+        continue;
+      }
+    }
+    cluster.worker_here.push_back(true);
     const auto& wc = config.workers[w];
     worker_peers peers;
     peers.mode = config.mode;
@@ -816,6 +849,7 @@ expected<training_cluster> spawn_training_cluster(caf::actor_system& system,
     cluster.workers.push_back(spawn_worker(system, wc, layout, std::move(peers), std::move(batches),
                                            std::move(gradients)));
   }
+  if (!placement.coordinator) return cluster;
   checkpoint_plan plan;
   plan.settings = config.checkpoint;
   plan.cluster = config.name;
@@ -849,6 +883,7 @@ expected<training_cluster> spawn_training_cluster(caf::actor_system& system,
                    "cannot clear " + sc.lmdb.directory.string() + ": " + ec.message());
     return spawn_shard(system, sc);
   };
+  factory.refuse_scaling = placement.refuse_scaling;
   factory.remove_files = [config](uint32_t index) {
     const auto dir = index < config.shards.size()
                          ? config.shards[index].lmdb.directory

@@ -55,6 +55,9 @@ using progress_sink = std::function<void(const training_progress&)>;
 struct shard_factory {
   std::function<expected<shard_actor>(uint32_t index)> spawn;
   std::function<void(uint32_t index)> remove_files;
+  // Non-empty: every scale is refused with this reason (e.g. a multi-node
+  // cluster, whose shards live in other processes).
+  std::string refuse_scaling;
 };
 
 struct coordinator_peers {
@@ -96,6 +99,9 @@ struct worker_seams {
 // lifetime: stop() sends every actor an exit (the actor system's
 // destructor waits for them). `map` and `shards` are those at spawn time;
 // after a scale, ask the coordinator (map_atom) for the current ones.
+// Multi-node: the vectors hold proxies for actors hosted elsewhere (the
+// *_here flags say which are local: a node's metrics export only its own),
+// and a member node has no coordinator.
 struct training_cluster {
   partition_map map;
   std::vector<shard_actor> shards;
@@ -103,6 +109,8 @@ struct training_cluster {
   dense_actor dense;
   std::vector<worker_actor> workers;
   coordinator_actor coordinator;
+  std::vector<bool> shard_here, cache_here, worker_here;
+  bool dense_here = true;
 
   void stop();
 };
@@ -115,6 +123,7 @@ struct training_cluster {
 expected<training_cluster> spawn_training_cluster(caf::actor_system& system,
                                                   const cluster_config& config,
                                                   const worker_seams& seams = {},
-                                                  progress_sink sink = {});
+                                                  progress_sink sink = {},
+                                                  const cluster_placement& placement = {});
 
 }  // namespace strata::actors

@@ -105,6 +105,36 @@ expected<heldout_result> evaluate(caf::scoped_actor& self, const cluster_config&
   return out;
 }
 
+// A member node of a multi-node cluster: its actors work for the
+// coordinator's node until that node is done; then the report holds this
+// node's own tiers.
+expected<training_report> serve_as_member(caf::scoped_actor& self, const training_cluster& cluster,
+                                          clock_type::time_point start,
+                                          const cluster_hooks& hooks) {
+  if (hooks.serve_until_done) {
+    if (auto served = hooks.serve_until_done(); !served) return served.err();
+  }
+  training_report report;
+  report.seconds = seconds_since(start);
+  for (size_t s = 0; s < cluster.shards.size(); ++s) {
+    if (!cluster.shard_here[s]) continue;
+    auto stats = ask<tier_stats>(self, cluster.shards[s], "stats of shard " + std::to_string(s),
+                                 stats_atom::value);
+    if (!stats) return stats.err();
+    report.stored_keys += stats->lmdb_rows;
+    report.tiers.push_back(std::move(*stats));
+  }
+  for (size_t c = 0; c < cluster.caches.size(); ++c) {
+    if (!cluster.cache_here[c]) continue;
+    auto stats = ask<tier_stats>(self, cluster.caches[c], "stats of cache " + std::to_string(c),
+                                 stats_atom::value);
+    if (!stats) return stats.err();
+    report.tiers.push_back(std::move(*stats));
+  }
+  if (hooks.finished) hooks.finished(report);
+  return report;
+}
+
 expected<training_report> train(caf::actor_system& system, const cluster_config& config,
                                 const progress_callback& progress, const cluster_hooks& hooks) {
   const auto start = clock_type::now();
@@ -120,7 +150,13 @@ expected<training_report> train(caf::actor_system& system, const cluster_config&
       p.examples_per_s = p.seconds > 0 ? static_cast<double>(p.examples) / p.seconds : 0;
       progress(p);
     };
-  auto cluster = spawn_training_cluster(system, config, {}, std::move(sink));
+  cluster_placement placement;
+  if (hooks.place) {
+    auto placed = hooks.place(system);
+    if (!placed) return placed.err();
+    placement = std::move(*placed);
+  }
+  auto cluster = spawn_training_cluster(system, config, {}, std::move(sink), placement);
   if (!cluster) return cluster.err();
   caf::scoped_actor self{system};
   struct stopper {
@@ -128,6 +164,10 @@ expected<training_report> train(caf::actor_system& system, const cluster_config&
     ~stopper() { cluster.stop(); }
   } stop_at_exit{*cluster};
   if (hooks.started) hooks.started(system, *cluster);
+  if (hooks.join) {
+    if (auto joined = hooks.join(*cluster); !joined) return joined.err();
+  }
+  if (!placement.coordinator) return serve_as_member(self, *cluster, start, hooks);
 
   auto summary = ask<training_summary>(self, cluster->coordinator, "training", run_atom::value);
   if (!summary) return summary.err();
@@ -192,7 +232,9 @@ expected<training_report> run_local_cluster(const cluster_config& config,
   if (config.threads != 0)
     system_config.set("scheduler.max-threads", static_cast<size_t>(config.threads));
   caf::actor_system system{system_config};
-  return train(system, config, progress, hooks);
+  auto report = train(system, config, progress, hooks);
+  if (hooks.shutdown) hooks.shutdown(static_cast<bool>(report));
+  return report;
 }
 
 }  // namespace strata::actors

@@ -7,11 +7,13 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "actors/config.hpp"
 #include "actors/protocol.hpp"
+#include "actors/training_protocol.hpp"
 #include "common/error.hpp"
 
 namespace strata::actors {
@@ -45,13 +47,44 @@ using progress_callback = std::function<void(const training_progress&)>;
 
 struct training_cluster;
 
+// Multi-node clusters (deploy/multi_node.hpp): which actors of the cluster
+// this node hosts. A set function returns a proxy of an actor hosted by
+// another node (transport/remote_actors.hpp), or nullopt for one spawned
+// here; unset functions spawn everything here. Every node spawns the same
+// cluster_config, so actor i is the same actor on every node.
+struct cluster_placement {
+  std::function<std::optional<shard_actor>(uint32_t index)> remote_shard;
+  std::function<std::optional<cache_tier_actor>(uint32_t index)> remote_cache;
+  std::function<std::optional<worker_actor>(uint32_t index)> remote_worker;
+  std::optional<dense_actor> remote_dense;
+  // False on member nodes: the coordinator runs on the first node only.
+  bool coordinator = true;
+  // Non-empty: scaling is refused with this reason.
+  std::string refuse_scaling;
+};
+
 // Seams for the composition root (e.g. the metrics exporter): `started`
 // runs once every actor is spawned; `finished` runs with the final report
 // while the actors are still alive (a node keeps serving /metrics for a
 // linger period there), before they stop.
+//
+// Multi-node (deploy/multi_node.hpp): `place` builds this node's placement
+// once the actor system exists (proxies are actors); `join` runs after
+// `started` and before training: it exports this node's actors and waits
+// until every node has; an error stops the node. A member node (placement
+// without the coordinator) trains nothing itself: it serves its actors
+// until `serve_until_done` returns (the coordinator's node has finished
+// with it), then reports its own tiers. `shutdown` runs at the very end,
+// whatever the outcome.
 struct cluster_hooks {
   std::function<void(caf::actor_system&, const training_cluster&)> started;
   std::function<void(const training_report&)> finished;
+  std::function<expected<cluster_placement>(caf::actor_system&)> place;
+  std::function<status(const training_cluster&)> join;
+  std::function<status()> serve_until_done;
+  // Last, while the actor system still exists (e.g. stop the transport,
+  // whose relays are actors of this system); `ok`: the run succeeded.
+  std::function<void(bool ok)> shutdown;
 };
 
 // Trains per `config` and returns the report; errors name what failed

@@ -38,6 +38,7 @@
 #include "deploy/cache_backend_choice.hpp"
 #include "deploy/commands.hpp"
 #include "deploy/manifest.hpp"
+#include "deploy/multi_node.hpp"
 #include "deploy/status_line.hpp"
 #include "deploy/supervisor.hpp"
 #include "deploy/version.hpp"
@@ -98,11 +99,12 @@ expected<void> generate_data(const deploy::manifest& m) {
 // Removes the LMDB environments a previous run left in the shard
 // directories. Only directories that hold nothing but LMDB's two files are
 // removed: anything else there is not ours to delete.
-expected<void> clear_shard_state(const deploy::manifest& m) {
+expected<void> clear_shard_state(const deploy::manifest& m, const std::vector<bool>& hosted) {
   static const std::set<std::string> lmdb_files = {"data.mdb", "lock.mdb"};
   bool announced = false;
-  for (const auto& shard : m.cluster.shards) {
-    const fs::path& dir = shard.lmdb.directory;
+  for (size_t i = 0; i < m.cluster.shards.size(); ++i) {
+    if (!hosted.empty() && !hosted[i]) continue;  // another node's
+    const fs::path& dir = m.cluster.shards[i].lmdb.directory;
     std::error_code ec;
     if (!fs::exists(dir, ec)) continue;
     if (!fs::is_directory(dir, ec))
@@ -117,7 +119,7 @@ expected<void> clear_shard_state(const deploy::manifest& m) {
     if (ec) return error(errc::io_error, dir.string() + ": " + ec.message());
     if (!announced) {
       std::printf("starting fresh: removing the previous run's shard state under %s\n",
-                  m.ssd_path.c_str());
+                  dir.parent_path().c_str());
       announced = true;
     }
     fs::remove_all(dir, ec);
@@ -159,6 +161,8 @@ std::string progress_text(const actors::training_progress& p, uint64_t total) {
   return text;
 }
 
+void print_tiers(const actors::training_report& r);
+
 void print_report(const deploy::manifest& m, const actors::training_report& r) {
   const auto planted = model::read_planted(m.data.path);
   const bool has_heldout = r.heldout_examples > 0;
@@ -186,6 +190,10 @@ void print_report(const deploy::manifest& m, const actors::training_report& r) {
   if (r.stopped) std::printf("stopped: on request, before the data ended\n");
   std::printf("checkpoints: %llu%s%s\n", static_cast<unsigned long long>(r.checkpoints),
               r.last_checkpoint.empty() ? "" : ", last ", r.last_checkpoint.c_str());
+  print_tiers(r);
+}
+
+void print_tiers(const actors::training_report& r) {
   std::printf("tiers:\n");
   for (const auto& t : r.tiers) {
     std::printf(
@@ -205,6 +213,18 @@ void print_report(const deploy::manifest& m, const actors::training_report& r) {
     }
     std::printf("\n");
   }
+}
+
+// A member node's own part: the tiers it hosted.
+void print_member_report(const deploy::manifest& m, const deploy::node_membership& member,
+                         const actors::training_report& r) {
+  std::printf("\n== report: node %s of cluster %s ==\n", member.name().c_str(),
+              m.cluster.name.c_str());
+  std::printf("served for %.1f s; node %s finished training\n", r.seconds,
+              member.coordinator_node().c_str());
+  std::printf("stored keys (this node's shards): %llu\n",
+              static_cast<unsigned long long>(r.stored_keys));
+  print_tiers(r);
 }
 
 // SIGINT/SIGTERM in a node: a thread of its own waits for them (they are
@@ -231,8 +251,16 @@ class stop_on_signal {
         std::fprintf(stderr, "\nstrata node: signal %d: stopping gracefully at the next cut\n",
                      sig);
         if (coordinator_) caf::anon_send(*coordinator_, actors::stop_atom::value);
+        if (member_) member_->request_stop();
       }
     }).detach();
+  }
+  // A node of several: a signal also aborts its join, and a member keeps
+  // serving until the coordinator's node has stopped.
+  void watch(deploy::node_membership* member) {
+    std::lock_guard lock(mutex_);
+    member_ = member;
+    if (signals_ > 0) member->request_stop();
   }
   void watch(const actors::coordinator_actor& c) {
     std::lock_guard lock(mutex_);
@@ -242,12 +270,14 @@ class stop_on_signal {
   void forget() {
     std::lock_guard lock(mutex_);
     coordinator_.reset();
+    member_ = nullptr;
   }
 
  private:
   std::mutex mutex_;
   int signals_ = 0;
   std::optional<actors::coordinator_actor> coordinator_;
+  deploy::node_membership* member_ = nullptr;
 };
 
 // The checkpoints to try, in order: DIR itself if it is one, else the
@@ -276,32 +306,58 @@ int run_node(const std::string& path, const std::string& node, const std::string
   auto loaded = deploy::load_manifest(path);
   if (!loaded) return fail(loaded.err());
   deploy::manifest& m = *loaded;
-  if (!m.nodes.empty() && !node.empty()) {
-    std::string names;
-    bool known = false;
-    for (const auto& n : m.nodes) {
-      names += (names.empty() ? "" : ", ") + n.name;
-      known = known || n.name == node;
+  // A manifest of several nodes: this process is one of them.
+  std::unique_ptr<deploy::node_membership> member;
+  if (m.nodes.size() > 1) {
+    if (node.empty()) {
+      std::string names;
+      for (const auto& n : m.nodes) names += (names.empty() ? "" : ", ") + n.name;
+      return fail(error(errc::invalid_argument,
+                        path + ": describes " + std::to_string(m.nodes.size()) + " nodes (" +
+                            names + "): give --node NAME, or start them all with strata launch"));
     }
-    if (!known)
-      return fail(error(errc::not_found, path + ": no node '" + node + "' (nodes: " + names + ")"));
+    auto created = deploy::node_membership::create(m, node);
+    if (!created) return fail(created.err());
+    member = std::move(*created);
+    signals.watch(member.get());
+    const auto& me = *std::find_if(m.nodes.begin(), m.nodes.end(),
+                                   [&](const auto& n) { return n.name == node; });
+    // Each node its own metrics endpoint; the admin API on the first.
+    m.metrics.node = node;
+    if (me.metrics_port != 0)
+      m.metrics.port = me.metrics_port;
+    else if (!member->runs_coordinator())
+      m.metrics.port = 0;
+    if (!member->runs_coordinator())
+      m.admin.port = 0;
+    else if (me.admin_port != 0)
+      m.admin.port = me.admin_port;
+  } else if (!m.nodes.empty() && !node.empty()) {
     if (node != m.nodes.front().name)
-      return fail(error(errc::unavailable,
-                        path + ": node '" + node + "' is not the coordinator's node '" +
-                            m.nodes.front().name +
-                            "': nodes beyond the first need the UCX transport; until it lands "
-                            "the first node runs the whole cluster"));
+      return fail(error(errc::not_found, path + ": no node '" + node + "' (nodes: " +
+                                             m.nodes.front().name + ")"));
   } else if (!node.empty() && node != m.metrics.node) {
     return fail(error(errc::not_found, path + ": no node '" + node +
                                            "' (this manifest describes one node, '" +
                                            m.metrics.node + "')"));
   }
+  const bool coordinator_here = !member || member->runs_coordinator();
+  const std::vector<bool> hosted = member ? member->hosted_shards() : std::vector<bool>{};
   if (status backend = apply_cache_backend(m); !backend) return fail(backend.err());
   std::printf("manifest %s: ok (node %s, pid %d)\n", path.c_str(), m.metrics.node.c_str(),
               static_cast<int>(::getpid()));
+  if (member)
+    std::printf("node %s of %zu: hosts %s\n", member->name().c_str(), m.nodes.size(),
+                member->describe().c_str());
 
   std::error_code ec;
   if (!fs::exists(m.data.path, ec)) {
+    if (!coordinator_here)
+      return fail(error(errc::not_found,
+                        path + ": data.path: " + m.data.path.string() +
+                            " does not exist on node '" + node +
+                            "' (strata launch generates it first; by hand: strata datagen, or "
+                            "start the first node, " + m.nodes.front().name + ", first)"));
     if (!m.generate)
       return fail(
           error(errc::not_found, path + ": data.path: " + m.data.path.string() +
@@ -337,13 +393,13 @@ int run_node(const std::string& path, const std::string& node, const std::string
         actors::check_compatible(*meta, candidates.front(), m.cluster.table, m.cluster.partitions);
     if (!fits) return fail(fits.err());
   }
-  auto cleared = clear_shard_state(m);
+  auto cleared = clear_shard_state(m, hosted);
   if (!cleared) return fail(cleared.err());
   for (size_t i = 0; i < candidates.size(); ++i) {
     const fs::path* dir = &candidates[i];
     const auto start = std::chrono::steady_clock::now();
     actors::cluster_config restored = m.cluster;
-    auto meta = actors::restore_checkpoint(*dir, restored);
+    auto meta = actors::restore_checkpoint(*dir, restored, hosted);
     if (!meta) {
       const bool damaged =
           meta.err().code() == errc::corrupt_data || meta.err().code() == errc::not_found;
@@ -352,7 +408,7 @@ int run_node(const std::string& path, const std::string& node, const std::string
                    "strata node: checkpoint %s is damaged (%s); falling back to the previous "
                    "complete checkpoint, %s\n",
                    dir->c_str(), meta.err().message().c_str(), candidates[i + 1].c_str());
-      cleared = clear_shard_state(m);  // what the failed restore wrote
+      cleared = clear_shard_state(m, hosted);  // what the failed restore wrote
       if (!cleared) return fail(cleared.err());
       continue;
     }
@@ -459,48 +515,72 @@ int run_node(const std::string& path, const std::string& node, const std::string
   };
   actors::cluster_hooks hooks;
   hooks.started = [&](caf::actor_system& system, const actors::training_cluster& cluster) {
-    signals.watch(cluster.coordinator);
-    start_admin(system, cluster);
-  };
-  if (metrics) {
-    hooks.started = [&](caf::actor_system& system, const actors::training_cluster& cluster) {
+    if (cluster.coordinator) {
       signals.watch(cluster.coordinator);
       start_admin(system, cluster);
-      std::vector<caf::actor> others;
-      for (const auto& w : cluster.workers) others.push_back(caf::actor_cast<caf::actor>(w));
-      others.push_back(caf::actor_cast<caf::actor>(cluster.dense));
-      others.push_back(caf::actor_cast<caf::actor>(cluster.coordinator));
-      metrics->watch(system, cluster.shards, cluster.caches, others);
-    };
-    // The actors are still alive here: freeze the final values, print the
-    // report, and keep serving them for the linger period.
-    hooks.finished = [&](const actors::training_report& r) {
-      metrics->freeze(r);
-      line.done();
+    }
+    if (!metrics) return;
+    // This node's own actors (a node of several exports only what it hosts).
+    std::vector<actors::shard_actor> shards;
+    std::vector<actors::cache_tier_actor> caches;
+    std::vector<caf::actor> others;
+    for (size_t i = 0; i < cluster.shards.size(); ++i)
+      if (cluster.shard_here.empty() || cluster.shard_here[i]) shards.push_back(cluster.shards[i]);
+    for (size_t i = 0; i < cluster.caches.size(); ++i)
+      if (cluster.cache_here.empty() || cluster.cache_here[i]) caches.push_back(cluster.caches[i]);
+    for (size_t i = 0; i < cluster.workers.size(); ++i)
+      if (cluster.worker_here.empty() || cluster.worker_here[i])
+        others.push_back(caf::actor_cast<caf::actor>(cluster.workers[i]));
+    if (cluster.dense_here) others.push_back(caf::actor_cast<caf::actor>(cluster.dense));
+    if (cluster.coordinator) others.push_back(caf::actor_cast<caf::actor>(cluster.coordinator));
+    metrics->watch(system, shards, caches, others);
+    if (member && member->bridge()) {
+      auto* bridge = member->bridge();
+      metrics->watch_transport([bridge] { return bridge->stats(); });
+    }
+  };
+  // The actors are still alive here: freeze the final values, print the
+  // report, and keep serving them for the linger period.
+  hooks.finished = [&](const actors::training_report& r) {
+    if (metrics) metrics->freeze(r);
+    line.done();
+    if (coordinator_here)
       print_report(m, r);
-      printed = true;
-      if (m.metrics.linger_seconds > 0) {
-        std::printf("metrics: serving the final values on %s for %u s\n", metrics->url().c_str(),
-                    m.metrics.linger_seconds);
-        std::fflush(stdout);
-        std::this_thread::sleep_for(std::chrono::seconds(m.metrics.linger_seconds));
-      }
-    };
+    else
+      print_member_report(m, *member, r);
+    printed = true;
+    if (metrics && m.metrics.linger_seconds > 0) {
+      std::printf("metrics: serving the final values on %s for %u s\n", metrics->url().c_str(),
+                  m.metrics.linger_seconds);
+      std::fflush(stdout);
+      std::this_thread::sleep_for(std::chrono::seconds(m.metrics.linger_seconds));
+    }
+  };
+  if (member) {
+    hooks.place = [&](caf::actor_system& system) { return member->place(system); };
+    hooks.join = [&](const actors::training_cluster& cluster) { return member->join(cluster); };
+    hooks.serve_until_done = [&] { return member->serve_until_done(); };
+    hooks.shutdown = [&](bool ok) { member->finish(ok); };
   }
-  auto report = actors::run_local_cluster(
-      c,
-      [&](const actors::training_progress& p) {
-        if (metrics) metrics->update_training(p);
-        line.update(progress_text(p, total));
-      },
-      hooks);
+  actors::progress_callback progress;
+  if (coordinator_here)
+    progress = [&](const actors::training_progress& p) {
+      if (metrics) metrics->update_training(p);
+      line.update(progress_text(p, total));
+    };
+  auto report = actors::run_local_cluster(c, progress, hooks);
   signals.forget();
   line.done();
   if (publisher) publisher->stop();  // sends what is still pending
   if (admin) admin->stop();
   if (admin_failure) return fail(*admin_failure);
   if (!report) return fail(report.err());
-  if (!printed) print_report(m, *report);
+  if (!printed) {
+    if (coordinator_here)
+      print_report(m, *report);
+    else
+      print_member_report(m, *member, *report);
+  }
   std::fflush(stdout);
   return 0;
 }
@@ -551,9 +631,28 @@ int launch(const std::string& path, bool resume, const std::string& resume_dir) 
               << '\n';
     return 1;
   }
-  // One node per manifest today; multi-node manifests add entries here.
-  std::vector<deploy::child_node> nodes = {
-      {m.metrics.node, {self.string(), "node", "--manifest", path, "--node", m.metrics.node}}};
+  std::vector<deploy::child_node> nodes;
+  if (m.nodes.size() > 1) {
+    // Every node reads the data: generate it once, before any starts.
+    std::error_code exists_ec;
+    if (m.generate && !fs::exists(m.data.path, exists_ec)) {
+      auto generated = generate_data(m);
+      if (!generated) {
+        std::cerr << "strata launch: " << generated.err().message() << '\n';
+        return 1;
+      }
+    }
+    std::string names;
+    for (const auto& n : m.nodes) {
+      nodes.push_back({n.name, {self.string(), "node", "--manifest", path, "--node", n.name}});
+      names += (names.empty() ? "" : ", ") + n.name;
+    }
+    std::printf("launch: starting %zu nodes (%s), one process each; node %s coordinates\n",
+                m.nodes.size(), names.c_str(), m.nodes.front().name.c_str());
+  } else {
+    nodes.push_back(
+        {m.metrics.node, {self.string(), "node", "--manifest", path, "--node", m.metrics.node}});
+  }
   std::fflush(stdout);
   return deploy::supervise(sc, nodes, first);
 }

@@ -424,6 +424,9 @@ struct raw_manifest {
   std::vector<YAML::Mark> node_marks;
   std::vector<std::string> placement;  // one node name per shard; empty: spread
   std::vector<std::pair<std::string, YAML::Mark>> placement_marks;
+  std::vector<std::string> cache_placement, worker_placement;
+  std::vector<std::pair<std::string, YAML::Mark>> cache_placement_marks, worker_placement_marks;
+  transport_settings transport;
   admin_settings admin;
   std::string admin_token_file;
   actors::checkpoint_settings checkpoint;
@@ -497,7 +500,9 @@ void read_checkpoint(section s, raw_manifest& r) {
   s.finish();
 }
 
-void read_placement(section& s, raw_manifest& r);
+// `placement`: "spread" or one node name per actor, into names/marks.
+void read_placement(section& s, std::vector<std::string>& names,
+                    std::vector<std::pair<std::string, YAML::Mark>>& marks);
 
 void read_shards(section s, raw_manifest& r) {
   s.unsigned_int("count", r.shard_count, 1, 4096);
@@ -512,12 +517,13 @@ void read_shards(section s, raw_manifest& r) {
   s.boolean("sync", r.lmdb_sync);
   s.unsigned_int("flush_batch_rows", r.flush_batch_rows, 1, 1u << 24);
   s.unsigned_int("max_flushes_in_flight", r.max_flushes_in_flight, 1, 1024);
-  read_placement(s, r);
+  read_placement(s, r.placement, r.placement_marks);
   s.finish();
 }
 
 void read_caches(section s, raw_manifest& r) {
   s.unsigned_int("count", r.cache_count, 1, 1024);
+  read_placement(s, r.cache_placement, r.cache_placement_marks);
   s.choice<cache_backend_choice>(
       "backend", r.cache_backend,
       {{"cpu", cache_backend_choice::cpu}, {"gpu", cache_backend_choice::gpu}});
@@ -529,6 +535,7 @@ void read_caches(section s, raw_manifest& r) {
 
 void read_workers(section s, raw_manifest& r) {
   s.unsigned_int("count", r.worker_count, 1, 4096);
+  read_placement(s, r.worker_placement, r.worker_placement_marks);
   s.unsigned_int("batch_size", r.worker.batch_size, 1, 1u << 20);
   s.unsigned_int("prefetch_depth", r.worker.prefetch_depth, 0, 1024);
   s.unsigned_int("max_in_flight", r.worker.max_in_flight, 1, 1024);
@@ -661,7 +668,8 @@ void read_nodes(section& top, raw_manifest& r) {
   });
 }
 
-void read_placement(section& s, raw_manifest& r) {
+void read_placement(section& s, std::vector<std::string>& names,
+                    std::vector<std::pair<std::string, YAML::Mark>>& marks) {
   auto found = s.raw("placement");
   if (!found) return;
   const auto& [node, mark] = *found;
@@ -681,9 +689,17 @@ void read_placement(section& s, raw_manifest& r) {
       s.diag().fail(node[i].Mark(), path + "[" + std::to_string(i) + "]", "expected a node name");
       continue;
     }
-    r.placement.push_back(node[i].Scalar());
-    r.placement_marks.emplace_back(path + "[" + std::to_string(i) + "]", node[i].Mark());
+    names.push_back(node[i].Scalar());
+    marks.emplace_back(path + "[" + std::to_string(i) + "]", node[i].Mark());
   }
+}
+
+void read_transport(section s, raw_manifest& r) {
+  s.unsigned_int("heartbeat_interval_ms", r.transport.heartbeat_interval_ms, 10, 600000);
+  s.unsigned_int("heartbeat_timeout_ms", r.transport.heartbeat_timeout_ms, 100, 3600000);
+  s.unsigned_int("join_timeout_seconds", r.transport.join_timeout_seconds, 1, 3600);
+  s.size("max_outstanding_bytes", r.transport.max_outstanding_bytes);
+  s.finish();
 }
 
 void read_admin(section s, raw_manifest& r) {
@@ -729,15 +745,40 @@ void check_rules(const raw_manifest& r, diagnostics& diag) {
                 "node budget " + format_size(n.dram_bytes) + " cannot hold one shard's " +
                     "shards.dram_bytes (" + format_size(r.dram.capacity_bytes) + ")");
   }
-  for (size_t i = 0; i < r.placement.size(); ++i)
-    if (!node_names.count(r.placement[i]))
-      diag.fail(r.placement_marks[i].second, r.placement_marks[i].first,
-                "shard " + std::to_string(i) + " placed on unknown node \"" + r.placement[i] +
-                    "\"" + (r.nodes.empty() ? " (the manifest has no nodes list)" : ""));
-  if (!r.placement.empty() && r.placement.size() != r.shard_count)
-    diag.fail_at("shards.placement", "names " + std::to_string(r.placement.size()) +
-                                         " nodes for shards.count " +
-                                         std::to_string(r.shard_count) + " shards");
+  auto check_placement = [&](const std::vector<std::string>& names,
+                             const std::vector<std::pair<std::string, YAML::Mark>>& marks,
+                             const std::string& what, const std::string& section,
+                             uint32_t count) {
+    for (size_t i = 0; i < names.size(); ++i)
+      if (!node_names.count(names[i]))
+        diag.fail(marks[i].second, marks[i].first,
+                  what + " " + std::to_string(i) + " placed on unknown node \"" + names[i] + "\"" +
+                      (r.nodes.empty() ? " (the manifest has no nodes list)" : ""));
+    if (!names.empty() && names.size() != count)
+      diag.fail_at(section + ".placement", "names " + std::to_string(names.size()) +
+                                               " nodes for " + section + ".count " +
+                                               std::to_string(count) + " " + section);
+  };
+  check_placement(r.placement, r.placement_marks, "shard", "shards", r.shard_count);
+  check_placement(r.cache_placement, r.cache_placement_marks, "cache tier", "caches",
+                  r.cache_count);
+  check_placement(r.worker_placement, r.worker_placement_marks, "worker", "workers",
+                  r.worker_count);
+  if (r.transport.heartbeat_timeout_ms <= r.transport.heartbeat_interval_ms)
+    diag.fail_at("transport.heartbeat_timeout_ms",
+                 "must be longer than transport.heartbeat_interval_ms (" +
+                     std::to_string(r.transport.heartbeat_interval_ms) + " ms), got " +
+                     std::to_string(r.transport.heartbeat_timeout_ms) + " ms");
+  if (r.nodes.size() > 1) {
+    std::set<std::pair<std::string, uint16_t>> listeners;
+    for (size_t i = 0; i < r.nodes.size(); ++i) {
+      const auto& n = r.nodes[i];
+      if (n.transport_port != 0 && !listeners.insert({n.host, n.transport_port}).second)
+        diag.fail(r.node_marks[i], "nodes[" + std::to_string(i) + "].transport_port",
+                  "node \"" + n.name + "\" listens on " + n.host + ":" +
+                      std::to_string(n.transport_port) + ", as another node does");
+    }
+  }
   if (r.admin.port != 0 && r.admin.token.empty() && r.admin_token_file.empty())
     diag.fail_at(
         "admin.port",
@@ -864,6 +905,19 @@ manifest build(const raw_manifest& r, const std::string& file) {
   m.admin = r.admin;
   m.nodes = r.nodes;
   m.placement = r.placement;
+  m.transport = r.transport;
+  // Who hosts what: listed names, else dealt round-robin over the nodes.
+  if (!r.nodes.empty()) {
+    auto resolve = [&r](const std::vector<std::string>& listed, uint32_t count) {
+      if (!listed.empty()) return listed;
+      std::vector<std::string> out;
+      for (uint32_t i = 0; i < count; ++i) out.push_back(r.nodes[i % r.nodes.size()].name);
+      return out;
+    };
+    m.shard_nodes = resolve(r.placement, r.shard_count);
+    m.cache_nodes = resolve(r.cache_placement, r.cache_count);
+    m.worker_nodes = resolve(r.worker_placement, r.worker_count);
+  }
   m.admin.token_file = r.admin_token_file;
   if (m.metrics.node.empty()) m.metrics.node = r.name;
   m.on_failure = r.on_failure;
@@ -896,6 +950,12 @@ manifest build(const raw_manifest& r, const std::string& file) {
     s.dram = r.dram;
     s.chain = r.chain;
     s.lmdb.directory = shard_directory(r.ssd_path, i);
+    // On a node with its own ssd_path, the shard's environment lives there.
+    if (!m.shard_nodes.empty()) {
+      for (const auto& n : r.nodes)
+        if (n.name == m.shard_nodes[i] && !n.ssd_path.empty())
+          s.lmdb.directory = shard_directory(n.ssd_path, i);
+    }
     s.lmdb.table = c.table.name;
     s.lmdb.partitions = r.partitions;
     s.lmdb.map_bytes = r.map_bytes;
@@ -1021,6 +1081,7 @@ expected<manifest> parse_manifest(std::string_view text, const std::string& file
     read_metrics(top.child("metrics"), r);
     read_admin(top.child("admin"), r);
     read_checkpoint(top.child("checkpoint"), r);
+    read_transport(top.child("transport"), r);
     if (top.has("serving")) read_serving(top.child("serving"), r);
     if (top.has("updates")) read_updates(top.child("updates"), r);
     top.finish();

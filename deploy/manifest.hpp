@@ -53,8 +53,8 @@ struct metrics_settings {
 enum class cache_backend_choice { cpu, gpu };
 
 // `nodes[i]`: one host of the cluster (docs/manifest.md). The first node
-// runs the coordinator. Until the UCX transport lands a cluster runs on one
-// node; the list is validated so multi-node placement plugs in.
+// runs the coordinator, the dense model and the admin API; shards, cache
+// tiers and workers are placed over the nodes (deploy/multi_node.hpp).
 struct node_settings {
   std::string name;
   std::string host;
@@ -64,6 +64,17 @@ struct node_settings {
   std::filesystem::path ssd_path;  // LMDB environments on this node (empty: shards.ssd_path)
   uint16_t metrics_port = 0;
   uint16_t admin_port = 0;
+};
+
+// `transport`: the UCX transport between nodes (transport/node_bridge.hpp).
+struct transport_settings {
+  uint32_t heartbeat_interval_ms = 1000;
+  // Silence for this long marks a peer down. Generous: a loaded machine
+  // must never declare a live node dead.
+  uint32_t heartbeat_timeout_ms = 10000;
+  // How long a node waits for its peers to start and join.
+  uint32_t join_timeout_seconds = 120;
+  uint64_t max_outstanding_bytes = uint64_t{64} << 20;  // per peer
 };
 
 // `admin`: the coordinator node's admin API (deploy/admin_server.hpp).
@@ -135,6 +146,10 @@ struct manifest {
   admin_settings admin;
   std::vector<node_settings> nodes;    // empty: one implicit node
   std::vector<std::string> placement;  // shard -> node name; empty: spread
+  // With a nodes list: the node of every shard, cache tier and worker
+  // (placement lists, else dealt round-robin). Empty without nodes.
+  std::vector<std::string> shard_nodes, cache_nodes, worker_nodes;
+  transport_settings transport;
   failure_policy on_failure = failure_policy::stop;
   uint32_t max_restarts = 3;  // restarts before the launcher gives up (restart policy)
   // True once the training/held-out windows are in `cluster` (after

@@ -61,6 +61,11 @@ bool is_known_type(uint16_t type) {
     case frame_type::dense_push:
     case frame_type::dense_pull:
     case frame_type::dense_stats:
+    case frame_type::shard_checkpoint:
+    case frame_type::shard_copied:
+    case frame_type::worker_run:
+    case frame_type::worker_stats:
+    case frame_type::worker_progress:
     case frame_type::echo:
     case frame_type::sink:
     case frame_type::reply:
@@ -116,6 +121,16 @@ std::string_view to_string(frame_type type) {
       return "dense_pull";
     case frame_type::dense_stats:
       return "dense_stats";
+    case frame_type::shard_checkpoint:
+      return "shard_checkpoint";
+    case frame_type::shard_copied:
+      return "shard_copied";
+    case frame_type::worker_run:
+      return "worker_run";
+    case frame_type::worker_stats:
+      return "worker_stats";
+    case frame_type::worker_progress:
+      return "worker_progress";
     case frame_type::echo:
       return "echo";
     case frame_type::sink:

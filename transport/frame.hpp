@@ -59,6 +59,11 @@ enum class frame_type : uint16_t {
   dense_push = 32,        // vector<float> -> u64
   dense_pull = 33,        // () -> dense_weights
   dense_stats = 34,       // () -> actor_stats
+  shard_checkpoint = 36,  // u64 epoch, string directory -> ok
+  shard_copied = 37,      // u64 epoch -> u64 rows
+  worker_run = 40,        // u64 batches, u64 epoch -> worker_result
+  worker_stats = 41,      // () -> actor_stats
+  worker_progress = 44,   // progress_report, one-way (a remote worker's, to its runner)
   echo = 48,              // any payload, answered with the same bytes (tests, bench)
   sink = 49,              // any payload, one-way, dropped (bench)
 

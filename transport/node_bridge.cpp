@@ -235,10 +235,27 @@ struct node_bridge::impl {
     lp.sockaddr.addrlen = sizeof sa;
     lp.conn_handler.cb = &impl::on_connection;
     lp.conn_handler.arg = this;
-    if (auto ls = ucp_listener_create(worker, &lp, &listener); ls != UCS_OK) {
-      return error(errc::unavailable, "cannot listen on " + config.listen_address + ":" +
-                                          std::to_string(config.listen_port) + ": " +
-                                          ucs_status_string(ls));
+    // A fixed port whose last connections are still in TIME_WAIT (a node
+    // restarted within a minute) is busy for a while: wait for it, bounded.
+    const auto busy_deadline = std::chrono::steady_clock::now() + config.listen_busy_wait;
+    bool announced = false;
+    for (;;) {
+      const auto ls = ucp_listener_create(worker, &lp, &listener);
+      if (ls == UCS_OK) break;
+      if (ls != UCS_ERR_BUSY || config.listen_port == 0 ||
+          std::chrono::steady_clock::now() >= busy_deadline)
+        return error(errc::unavailable, "cannot listen on " + config.listen_address + ":" +
+                                            std::to_string(config.listen_port) + ": " +
+                                            ucs_status_string(ls));
+      if (!announced) {
+        log("port " + std::to_string(config.listen_port) +
+            " is busy (a previous run's connections in TIME_WAIT?); retrying for up to " +
+            std::to_string(std::chrono::duration_cast<std::chrono::seconds>(config.listen_busy_wait)
+                               .count()) +
+            " s");
+        announced = true;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(250));
     }
     ucp_listener_attr_t la{};
     la.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR;

@@ -50,6 +50,9 @@ struct bridge_config {
   std::string node_name;                     // unique in the cluster; names it in every error
   std::string listen_address = "127.0.0.1";  // IPv4 address of the listener
   uint16_t listen_port = 0;                  // 0: any free port (see node_bridge::port())
+  // A fixed port that is busy (connections of a previous run in TIME_WAIT)
+  // is retried this long before start() fails.
+  std::chrono::milliseconds listen_busy_wait{90000};
   std::chrono::milliseconds heartbeat_interval{1000};
   // Silence for this long marks a peer down. Generous by default: a loaded
   // 2-core machine must never declare a live node dead.

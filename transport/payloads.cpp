@@ -29,7 +29,16 @@ status check_payload_value(const frame_header& header, std::span<const std::byte
     case frame_type::cache_stats:
     case frame_type::dense_pull:
     case frame_type::dense_stats:
+    case frame_type::worker_stats:
       return try_decode<>(payload);
+    case frame_type::shard_checkpoint:
+      return try_decode<uint64_t, std::string>(payload);
+    case frame_type::shard_copied:
+      return try_decode<uint64_t>(payload);
+    case frame_type::worker_run:
+      return try_decode<uint64_t, uint64_t>(payload);
+    case frame_type::worker_progress:
+      return try_decode<progress_report>(payload);
     case frame_type::shard_pull:
     case frame_type::shard_prefetch:
     case frame_type::cache_lookup:
@@ -57,7 +66,8 @@ status check_payload_value(const frame_header& header, std::span<const std::byte
       for (auto s : {last, try_decode<push_reply>(payload), try_decode<tier_stats>(payload),
                      try_decode<uint64_t>(payload), try_decode<dense_weights>(payload),
                      try_decode<actor_stats>(payload), try_decode<lookup_reply>(payload),
-                     try_decode<push_ack>(payload), try_decode<>(payload)}) {
+                     try_decode<push_ack>(payload), try_decode<worker_result>(payload),
+                     try_decode<>(payload)}) {
         if (s) return s;
         last = s;
       }

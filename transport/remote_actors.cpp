@@ -1,5 +1,6 @@
 #include "transport/remote_actors.hpp"
 
+#include <cstdio>
 #include <functional>
 #include <tuple>
 
@@ -122,6 +123,41 @@ caf::behavior shard_proxy(proxy_actor* self, std::shared_ptr<node_bridge> bridge
       },
       [=](drain_atom) { return forward<ok_atom>(self, frame_type::shard_drain, {}); },
       [=](stats_atom) { return forward<tier_stats>(self, frame_type::shard_stats, {}); },
+      [=](checkpoint_atom, uint64_t epoch, const std::string& dir) {
+        return forward<ok_atom>(self, frame_type::shard_checkpoint, encode_payload(epoch, dir));
+      },
+      [=](copied_atom, uint64_t epoch) {
+        return forward<uint64_t>(self, frame_type::shard_copied, encode_payload(epoch));
+      },
+      [=](reply_atom, uint64_t token, const frame_ptr& f) { on_reply(self, token, f); },
+      [=](fail_atom, uint64_t token, const std::string& text) { on_fail(self, token, text); },
+  };
+}
+
+// A remote worker. Its progress reports arrive as worker_progress frames,
+// which node_transport hands to this proxy (registered as the upstream of
+// peer/target): through the same mailbox as the run's reply, so they reach
+// the runner (the sender of run, a coordinator) before it.
+caf::behavior worker_proxy(proxy_actor* self, std::shared_ptr<node_bridge> bridge, std::string peer,
+                           uint32_t target) {
+  using namespace actors;
+  init_proxy(self, std::move(bridge), std::move(peer), target);
+  auto report_to = std::make_shared<caf::actor>();
+  return {
+      [=](run_atom, uint64_t batches, uint64_t epoch) {
+        *report_to = caf::actor_cast<caf::actor>(self->current_sender());
+        return forward<worker_result>(self, frame_type::worker_run, encode_payload(batches, epoch));
+      },
+      [=](stats_atom) { return forward<actor_stats>(self, frame_type::worker_stats, {}); },
+      [=](frame_atom, const frame_ptr& f) {
+        progress_report report;
+        if (auto s = decode_payload(f->payload, report); !s) {
+          std::fprintf(stderr, "strata transport: node '%s': bad worker_progress payload: %s\n",
+                       f->peer.c_str(), s.err().message().c_str());
+          return;
+        }
+        if (*report_to) self->send(*report_to, progress_atom::value, report);
+      },
       [=](reply_atom, uint64_t token, const frame_ptr& f) { on_reply(self, token, f); },
       [=](fail_atom, uint64_t token, const std::string& text) { on_fail(self, token, text); },
   };
@@ -253,6 +289,19 @@ caf::behavior shard_relay(caf::event_based_actor* self, std::shared_ptr<node_bri
       case frame_type::shard_stats:
         if (decode_request(b, *f)) relay<tier_stats>(self, bridge, f, shard, stats_atom::value);
         break;
+      case frame_type::shard_checkpoint: {
+        uint64_t epoch = 0;
+        std::string dir;
+        if (decode_request(b, *f, epoch, dir))
+          relay<ok_atom>(self, bridge, f, shard, checkpoint_atom::value, epoch, std::move(dir));
+        break;
+      }
+      case frame_type::shard_copied: {
+        uint64_t epoch = 0;
+        if (decode_request(b, *f, epoch))
+          relay<uint64_t>(self, bridge, f, shard, copied_atom::value, epoch);
+        break;
+      }
       default:
         unsupported(b, *f, "shard");
     }
@@ -333,12 +382,51 @@ caf::behavior dense_relay(caf::event_based_actor* self, std::shared_ptr<node_bri
   }};
 }
 
+// A worker run by a peer: the relay is the sender of run, so the worker's
+// progress reports come here and go back to the runner's node as
+// worker_progress frames, before the run's reply (same relay, same peer
+// sequence).
+caf::behavior worker_relay(caf::event_based_actor* self, std::shared_ptr<node_bridge> bridge,
+                           actors::worker_actor worker, uint32_t target) {
+  using namespace actors;
+  auto runner = std::make_shared<std::string>();
+  return {
+      [=](frame_atom, const frame_ptr& f) {
+        auto& b = *bridge;
+        switch (f->header.type) {
+          case frame_type::worker_run: {
+            uint64_t batches = 0, epoch = 0;
+            if (decode_request(b, *f, batches, epoch)) {
+              *runner = f->peer;
+              relay<worker_result>(self, bridge, f, worker, run_atom::value, batches, epoch);
+            }
+            break;
+          }
+          case frame_type::worker_stats:
+            if (decode_request(b, *f))
+              relay<actor_stats>(self, bridge, f, worker, stats_atom::value);
+            break;
+          default:
+            unsupported(b, *f, "worker");
+        }
+      },
+      [=](progress_atom, const progress_report& report) {
+        if (runner->empty()) return;
+        // A runner that went down was logged by the bridge; the run's
+        // reply fails there anyway.
+        (void)bridge->send(*runner, frame_type::worker_progress, target, encode_payload(report));
+      },
+  };
+}
+
 }  // namespace
 
 expected<std::unique_ptr<node_transport>> node_transport::start(caf::actor_system& system,
                                                                 bridge_config config,
-                                                                node_bridge::peer_handler on_peer) {
+                                                                node_bridge::peer_handler on_peer,
+                                                                bool hold_inbound) {
   std::unique_ptr<node_transport> t(new node_transport(system));
+  t->holding_ = hold_inbound;
   auto* raw = t.get();
   auto bridge = node_bridge::start(
       std::move(config), [raw](inbound_frame f) { raw->on_inbound(std::move(f)); },
@@ -355,16 +443,60 @@ void node_transport::stop() {
   std::lock_guard lock(mu_);
   for (auto& [target, relay] : relays_) caf::anon_send_exit(relay, caf::exit_reason::user_shutdown);
   relays_.clear();
+  upstream_.clear();
 }
 
 void node_transport::on_inbound(inbound_frame frame) {
+  // Frames are dispatched under release_mu_, so a release (which sends the
+  // held frames first) never lets a newer frame overtake a held one.
+  std::lock_guard release_lock(release_mu_);
+  {
+    std::lock_guard lock(mu_);
+    if (holding_) {
+      held_.push_back(std::move(frame));
+      return;
+    }
+  }
+  dispatch(std::move(frame));
+}
+
+void node_transport::release_inbound() {
+  std::lock_guard release_lock(release_mu_);
+  std::vector<inbound_frame> held;
+  {
+    std::lock_guard lock(mu_);
+    holding_ = false;
+    held.swap(held_);
+  }
+  for (auto& f : held) dispatch(std::move(f));
+}
+
+void node_transport::dispatch(inbound_frame frame) {
   caf::actor relay;
   bool echo = false;
+  if (frame.header.type == frame_type::worker_progress) {
+    caf::actor proxy;
+    {
+      std::lock_guard lock(mu_);
+      if (auto it = upstream_.find({frame.peer, frame.header.target}); it != upstream_.end())
+        proxy = it->second;
+    }
+    if (proxy)
+      caf::anon_send(proxy, frame_atom::value,
+                     frame_ptr(std::make_shared<inbound_frame>(std::move(frame))));
+    return;  // one-way: nobody to tell about a stray report
+  }
+  std::function<void(const std::string&)> notice;
   {
     std::lock_guard lock(mu_);
     if (auto it = relays_.find(frame.header.target); it != relays_.end()) relay = it->second;
     echo = echo_targets_.count(frame.header.target) != 0;
+    if (auto it = notices_.find(frame.header.target); it != notices_.end()) {
+      notice = it->second;
+      echo = true;
+    }
   }
+  if (notice && frame.header.type == frame_type::echo) notice(frame.peer);
   if (echo) {
     if (frame.header.type == frame_type::echo) {
       bridge_->reply(frame.peer, frame.header.request_id, frame_type::reply,
@@ -402,6 +534,18 @@ void node_transport::export_cache(uint32_t target, actors::cache_tier_actor cach
   relays_[target] = relay;
 }
 
+void node_transport::export_worker(uint32_t target, actors::worker_actor worker) {
+  auto relay = system_.spawn(worker_relay, bridge_, std::move(worker), target);
+  std::lock_guard lock(mu_);
+  relays_[target] = relay;
+}
+
+void node_transport::export_notice(uint32_t target,
+                                   std::function<void(const std::string& peer)> notice) {
+  std::lock_guard lock(mu_);
+  notices_[target] = std::move(notice);
+}
+
 void node_transport::export_echo(uint32_t target) {
   std::lock_guard lock(mu_);
   echo_targets_[target] = true;
@@ -414,6 +558,13 @@ actors::shard_actor node_transport::remote_shard(const std::string& peer, uint32
 actors::cache_tier_actor node_transport::remote_cache(const std::string& peer, uint32_t target) {
   return caf::actor_cast<actors::cache_tier_actor>(
       system_.spawn(cache_proxy, bridge_, peer, target));
+}
+
+actors::worker_actor node_transport::remote_worker(const std::string& peer, uint32_t target) {
+  auto proxy = system_.spawn(worker_proxy, bridge_, peer, target);
+  std::lock_guard lock(mu_);
+  upstream_[{peer, target}] = proxy;
+  return caf::actor_cast<actors::worker_actor>(proxy);
 }
 
 actors::dense_actor node_transport::remote_dense(const std::string& peer, uint32_t target) {

@@ -21,12 +21,16 @@
 #pragma once
 
 #include <caf/all.hpp>
+#include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "actors/protocol.hpp"
+#include "actors/training_protocol.hpp"
 #include "transport/node_bridge.hpp"
 
 namespace strata::transport {
@@ -35,9 +39,13 @@ using frame_ptr = std::shared_ptr<const inbound_frame>;
 
 class node_transport {
  public:
+  // hold_inbound: requests and one-way frames from peers wait, in arrival
+  // order, until release_inbound() (a node starting up: peers may send to
+  // actors it has not exported yet).
   static expected<std::unique_ptr<node_transport>> start(caf::actor_system& system,
                                                          bridge_config config,
-                                                         node_bridge::peer_handler on_peer = {});
+                                                         node_bridge::peer_handler on_peer = {},
+                                                         bool hold_inbound = false);
   ~node_transport();
 
   node_bridge& bridge() { return *bridge_; }
@@ -46,26 +54,45 @@ class node_transport {
   void export_shard(uint32_t target, actors::shard_actor shard);
   void export_dense(uint32_t target, actors::dense_actor dense);
   void export_cache(uint32_t target, actors::cache_tier_actor cache);
+  // A worker run by a peer's coordinator: its progress reports go back to
+  // that peer (worker_progress frames), ahead of the run's reply.
+  void export_worker(uint32_t target, actors::worker_actor worker);
   // Answers echo frames to `target` with their payload and drops sink
   // frames (tests and benchmarks of the transport itself).
   void export_echo(uint32_t target);
+  // Echo frames to `target` call `notice(peer)` (on the bridge's progress
+  // thread: it must return quickly), then are answered: a peer that got the
+  // answer knows this node was told.
+  void export_notice(uint32_t target, std::function<void(const std::string& peer)> notice);
+  // Delivers the frames held since start (in order), then every frame as
+  // it arrives. Idempotent.
+  void release_inbound();
 
   // A local proxy for the actor exported as `target` on node `peer`.
   actors::shard_actor remote_shard(const std::string& peer, uint32_t target);
   actors::dense_actor remote_dense(const std::string& peer, uint32_t target);
   actors::cache_tier_actor remote_cache(const std::string& peer, uint32_t target);
+  // Its progress reports reach the sender of run (a coordinator_actor).
+  actors::worker_actor remote_worker(const std::string& peer, uint32_t target);
 
   void stop();
 
  private:
   node_transport(caf::actor_system& system) : system_(system) {}
   void on_inbound(inbound_frame frame);
+  void dispatch(inbound_frame frame);  // mu_ not held
 
   caf::actor_system& system_;
   std::shared_ptr<node_bridge> bridge_;
   std::mutex mu_;
   std::unordered_map<uint32_t, caf::actor> relays_;  // target -> relay actor
   std::unordered_map<uint32_t, bool> echo_targets_;
+  std::unordered_map<uint32_t, std::function<void(const std::string&)>> notices_;
+  // Worker proxies by (peer, target): where worker_progress frames go.
+  std::map<std::pair<std::string, uint32_t>, caf::actor> upstream_;
+  bool holding_ = false;
+  std::vector<inbound_frame> held_;
+  std::mutex release_mu_;  // serializes release with on_inbound's dispatch
 };
 
 }  // namespace strata::transport

@@ -26,6 +26,7 @@
 #include "actors/worker_actor.hpp"
 #include "common/file_manifest.hpp"
 #include "deploy/manifest.hpp"
+#include "tests/deploy/exact_sums.hpp"
 #include "tests/deploy/process_util.hpp"
 #include "tests/tiers/test_util.hpp"
 #include "tiers/lmdb_tier.hpp"
@@ -65,75 +66,6 @@ std::unique_ptr<crash_setup> make_setup(const std::string& on_failure, uint64_t 
     << "checkpoint:\n  dir: " << s->checkpoints.string() << "\n  interval_batches: " << interval
     << "\n  keep: 1000\n  on_failure: " << on_failure << "\n  max_restarts: 2\n";
   return s;
-}
-
-// key -> sightings in the batches before each worker's position, read with
-// the workers' own reader over their windows of the data.
-std::map<uint64_t, float> expected_counts(const fs::path& manifest,
-                                          const std::vector<uint64_t>& positions) {
-  std::map<uint64_t, float> counts;
-  auto m = deploy::load_manifest(manifest);
-  EXPECT_TRUE(m) << m.err().to_string();
-  if (!m) return counts;
-  auto split = deploy::resolve_data_split(*m);
-  EXPECT_TRUE(split) << split.err().to_string();
-  EXPECT_EQ(positions.size(), m->cluster.workers.size());
-  for (size_t w = 0; w < m->cluster.workers.size() && w < positions.size(); ++w) {
-    const auto& wc = m->cluster.workers[w];
-    auto source = actors::open_reader_source(wc);
-    EXPECT_TRUE(source) << source.err().to_string();
-    if (!source) continue;
-    for (uint64_t b = 0; b < positions[w]; ++b) {
-      auto batch = (*source)->next(wc.batch_size);
-      EXPECT_TRUE(batch);
-      if (!batch || batch->examples.empty()) break;
-      for (uint64_t k : batch->keys()) counts[k] += 1.0f;
-    }
-  }
-  return counts;
-}
-
-// Checks a checkpoint against the exact sums at its recorded positions;
-// returns its positions.
-std::vector<uint64_t> check_exact_sums(const fs::path& manifest, const fs::path& checkpoint) {
-  auto verified = actors::verify_checkpoint(checkpoint);
-  EXPECT_TRUE(verified) << verified.err().to_string();
-  if (!verified) return {};
-  const auto& meta = verified->meta;
-  const auto want = expected_counts(manifest, meta.positions);
-  std::map<uint64_t, std::vector<float>> have;
-  const row_layout layout{meta.dim, meta.optimizer, meta.with_state};
-  for (uint32_t s = 0; s < meta.shard_rows.size(); ++s) {
-    lmdb_tier_config lc;
-    lc.directory = actors::shard_checkpoint_dir(checkpoint, s);
-    lc.table = meta.table;
-    lc.partitions = meta.partitions;
-    lc.read_only = true;
-    auto tier = lmdb_tier::open(layout, lc);
-    EXPECT_TRUE(tier) << tier.err().to_string();
-    if (!tier) return {};
-    auto st = (*tier)->dump([&](uint64_t key, const std::byte* r) {
-      have[key].assign(weights_of(r), weights_of(r) + layout.dim);
-    });
-    EXPECT_TRUE(st);
-  }
-  size_t wrong = 0, missing = 0, extra = 0;
-  for (const auto& [key, n] : want) {
-    auto it = have.find(key);
-    if (it == have.end()) {
-      ++missing;
-      continue;
-    }
-    for (float v : it->second)
-      if (v != n) ++wrong;
-  }
-  for (const auto& [key, w] : have)
-    if (!want.count(key)) ++extra;
-  EXPECT_FALSE(want.empty());
-  EXPECT_EQ(wrong, 0u) << checkpoint;
-  EXPECT_EQ(missing, 0u) << checkpoint;
-  EXPECT_EQ(extra, 0u) << checkpoint;
-  return meta.positions;
 }
 
 std::optional<pid_t> node_pid(const strata_process& launcher) {

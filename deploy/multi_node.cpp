@@ -1,0 +1,307 @@
+#include "deploy/multi_node.hpp"
+
+#include "actors/coordinator_actor.hpp"
+
+#include <caf/all.hpp>
+#include <chrono>
+#include <cstdio>
+#include <future>
+#include <thread>
+
+namespace strata::deploy {
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+// How long the coordinator's node waits for a member to acknowledge the
+// end (it is up and idle: anything longer means it is gone).
+constexpr auto finish_timeout = std::chrono::seconds(30);
+// Pause between tries while peers start.
+constexpr auto retry_pause = std::chrono::milliseconds(200);
+
+std::string index_list(const std::vector<std::string>& nodes, const std::string& me) {
+  std::string out;
+  for (size_t i = 0; i < nodes.size(); ++i)
+    if (nodes[i] == me) out += (out.empty() ? "" : ", ") + std::to_string(i);
+  return out.empty() ? "none" : out;
+}
+
+std::chrono::milliseconds left_until(clock_type::time_point deadline) {
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock_type::now());
+  return std::max(left, std::chrono::milliseconds(0));
+}
+
+}  // namespace
+
+expected<std::unique_ptr<node_membership>> node_membership::create(const manifest& m,
+                                                                  const std::string& node) {
+  std::unique_ptr<node_membership> n(new node_membership);
+  n->m_ = m;
+  n->me_ = node;
+  std::string names;
+  bool known = false;
+  for (size_t i = 0; i < m.nodes.size(); ++i) {
+    names += (names.empty() ? "" : ", ") + m.nodes[i].name;
+    if (m.nodes[i].name == node) {
+      known = true;
+      n->my_index_ = i;
+    }
+  }
+  if (!known)
+    return error(errc::not_found,
+                 m.file.string() + ": no node '" + node + "' (nodes: " + names + ")");
+  for (size_t i = 0; i < m.nodes.size(); ++i)
+    if (m.nodes[i].transport_port == 0)
+      return error(errc::invalid_argument,
+                   m.file.string() + ": nodes[" + std::to_string(i) + "].transport_port: node '" +
+                       m.nodes[i].name +
+                       "' needs a fixed transport port in a cluster of several nodes (its peers "
+                       "connect to it)");
+  if (m.updates.present)
+    return error(errc::invalid_argument,
+                 m.file.string() + ": updates: online updates from a cluster of several nodes "
+                                   "are not supported yet (each node's shards would need their "
+                                   "own publisher); train on one node to publish updates");
+  n->coordinator_ = m.nodes.front().name;
+  for (const auto& owner : m.shard_nodes) n->hosted_shards_.push_back(owner == node);
+  return n;
+}
+
+node_membership::~node_membership() { stop(); }
+
+std::string node_membership::describe() const {
+  return "shards " + index_list(m_.shard_nodes, me_) + "; cache tiers " +
+         index_list(m_.cache_nodes, me_) + "; workers " + index_list(m_.worker_nodes, me_) +
+         (runs_coordinator() ? "; the coordinator and the dense model" : "");
+}
+
+bool node_membership::stopping() const {
+  std::lock_guard lock(mu_);
+  return stop_requested_;
+}
+
+void node_membership::request_stop() {
+  {
+    std::lock_guard lock(mu_);
+    stop_requested_ = true;
+  }
+  cv_.notify_all();
+}
+
+void node_membership::on_peer(const std::string& peer, bool up, const std::string& reason) {
+  if (up || peer != coordinator_) return;
+  {
+    std::lock_guard lock(mu_);
+    coordinator_gone_ = true;
+    coordinator_reason_ = reason;
+  }
+  cv_.notify_all();
+}
+
+expected<actors::cluster_placement> node_membership::place(caf::actor_system& system) {
+  const auto& self = m_.nodes[my_index_];
+  const auto& ts = m_.transport;
+  deadline_ = clock_type::now() + std::chrono::seconds(ts.join_timeout_seconds);
+  transport::bridge_config bc;
+  bc.node_name = me_;
+  bc.listen_address = self.host;
+  bc.listen_port = self.transport_port;
+  bc.heartbeat_interval = std::chrono::milliseconds(ts.heartbeat_interval_ms);
+  bc.heartbeat_timeout = std::chrono::milliseconds(ts.heartbeat_timeout_ms);
+  bc.max_outstanding_bytes = ts.max_outstanding_bytes;
+  auto started = transport::node_transport::start(
+      system, bc, [this](const std::string& peer, bool up, const std::string& reason) {
+        on_peer(peer, up, reason);
+      },
+      /*hold_inbound=*/true);
+  if (!started)
+    return error(started.err().code(), "node '" + me_ + "': transport on " + self.host + ":" +
+                                           std::to_string(self.transport_port) + ": " +
+                                           started.err().message());
+  transport_ = std::move(*started);
+  auto& bridge = transport_->bridge();
+  std::printf("transport: node %s listening on %s:%u (UCX)\n", me_.c_str(), self.host.c_str(),
+              static_cast<unsigned>(bridge.port()));
+  std::fflush(stdout);
+
+  // Nodes listed before this one are dialled (they may still be starting);
+  // nodes listed after it dial in.
+  for (size_t i = 0; i < m_.nodes.size(); ++i) {
+    if (i == my_index_) continue;
+    const auto& peer = m_.nodes[i];
+    if (i < my_index_) {
+      std::string last;
+      for (;;) {
+        if (stopping()) return error(errc::unavailable, "node '" + me_ + "': stopped while joining");
+        const auto left = left_until(deadline_);
+        if (left.count() == 0)
+          return error(errc::unavailable, "node '" + me_ + "': cannot reach node '" + peer.name +
+                                          "' at " + peer.host + ":" +
+                                          std::to_string(peer.transport_port) + " within " +
+                                          std::to_string(ts.join_timeout_seconds) +
+                                          " s (transport.join_timeout_seconds): " + last);
+        auto connected = bridge.connect(peer.host, peer.transport_port,
+                                        std::min(left, std::chrono::milliseconds(5000)));
+        if (connected) {
+          if (*connected != peer.name)
+            return error(errc::invalid_argument,
+                         "node '" + me_ + "': " + peer.host + ":" +
+                             std::to_string(peer.transport_port) + " is node '" + *connected +
+                             "', the manifest says '" + peer.name + "'");
+          break;
+        }
+        last = connected.err().message();
+        std::this_thread::sleep_for(retry_pause);
+      }
+    } else {
+      for (;;) {
+        if (stopping()) return error(errc::unavailable, "node '" + me_ + "': stopped while joining");
+        const auto left = left_until(deadline_);
+        if (left.count() == 0)
+          return error(errc::unavailable, "node '" + me_ + "': node '" + peer.name +
+                                          "' did not connect within " +
+                                          std::to_string(ts.join_timeout_seconds) +
+                                          " s (transport.join_timeout_seconds)");
+        if (bridge.wait_for_peer(peer.name, std::min(left, std::chrono::milliseconds(500))))
+          break;
+      }
+    }
+  }
+  std::printf("transport: node %s connected to %zu peer%s\n", me_.c_str(), m_.nodes.size() - 1,
+              m_.nodes.size() == 2 ? "" : "s");
+  std::fflush(stdout);
+
+  actors::cluster_placement p;
+  auto* t = transport_.get();
+  const std::string me = me_;
+  const manifest& m = m_;
+  p.remote_shard = [t, me, &m](uint32_t i) -> std::optional<actors::shard_actor> {
+    if (m.shard_nodes[i] == me) return std::nullopt;
+    return t->remote_shard(m.shard_nodes[i], targets::shard_base + i);
+  };
+  p.remote_cache = [t, me, &m](uint32_t i) -> std::optional<actors::cache_tier_actor> {
+    if (m.cache_nodes[i] == me) return std::nullopt;
+    return t->remote_cache(m.cache_nodes[i], targets::cache_base + i);
+  };
+  p.remote_worker = [t, me, &m](uint32_t i) -> std::optional<actors::worker_actor> {
+    if (m.worker_nodes[i] == me) return std::nullopt;
+    return t->remote_worker(m.worker_nodes[i], targets::worker_base + i);
+  };
+  if (!runs_coordinator()) p.remote_dense = t->remote_dense(coordinator_, targets::dense);
+  p.coordinator = runs_coordinator();
+  p.refuse_scaling =
+      "the shards live on " + std::to_string(m_.nodes.size()) +
+      " nodes; scaling a multi-node cluster is not supported yet (change shards.count and "
+      "resume from a checkpoint: any shard count restores)";
+  return p;
+}
+
+status node_membership::join(const actors::training_cluster& cluster) {
+  for (uint32_t i = 0; i < cluster.shards.size(); ++i)
+    if (cluster.shard_here[i]) transport_->export_shard(targets::shard_base + i, cluster.shards[i]);
+  for (uint32_t i = 0; i < cluster.caches.size(); ++i)
+    if (cluster.cache_here[i]) transport_->export_cache(targets::cache_base + i, cluster.caches[i]);
+  for (uint32_t i = 0; i < cluster.workers.size(); ++i)
+    if (cluster.worker_here[i])
+      transport_->export_worker(targets::worker_base + i, cluster.workers[i]);
+  if (cluster.dense_here) transport_->export_dense(targets::dense, cluster.dense);
+  transport_->export_notice(targets::finished, [this](const std::string& peer) {
+    if (peer != coordinator_) return;
+    {
+      std::lock_guard lock(mu_);
+      finished_ = true;
+    }
+    cv_.notify_all();
+  });
+  transport_->export_echo(targets::ready);
+  transport_->release_inbound();
+  if (!runs_coordinator()) return {};
+
+  // Training starts once every peer answers the readiness echo.
+  auto& bridge = transport_->bridge();
+  for (const auto& peer : m_.nodes) {
+    if (peer.name == me_) continue;
+    std::string last = "no answer";
+    for (;;) {
+      if (stopping()) return error(errc::unavailable, "node '" + me_ + "': stopped while joining");
+      const auto left = left_until(deadline_);
+      if (left.count() == 0)
+        return error(errc::unavailable, "node '" + me_ + "': node '" + peer.name +
+                                        "' did not become ready within " +
+                                        std::to_string(m_.transport.join_timeout_seconds) +
+                                        " s: " + last);
+      auto answer = std::make_shared<std::promise<expected<bool>>>();
+      auto future = answer->get_future();
+      auto sent = bridge.request(peer.name, transport::frame_type::echo, targets::ready, {},
+                                 [answer](expected<transport::inbound_frame> r) {
+                                   if (!r)
+                                     answer->set_value(r.err());
+                                   else
+                                     answer->set_value(r->header.type ==
+                                                       transport::frame_type::reply);
+                                 });
+      if (!sent) return sent.err();
+      if (future.wait_for(left) != std::future_status::ready) continue;
+      auto ready = future.get();
+      if (!ready) return ready.err();
+      if (*ready) break;
+      last = "it has not exported its actors yet";
+      std::this_thread::sleep_for(retry_pause);
+    }
+  }
+  std::printf("cluster: all %zu nodes ready\n", m_.nodes.size());
+  std::fflush(stdout);
+  return {};
+}
+
+status node_membership::serve_until_done() {
+  std::printf("node %s: serving its actors until node %s finishes\n", me_.c_str(),
+              coordinator_.c_str());
+  std::fflush(stdout);
+  std::unique_lock lock(mu_);
+  bool announced = false;
+  for (;;) {
+    if (finished_) return {};
+    if (coordinator_gone_) break;
+    if (stop_requested_ && !announced) {
+      announced = true;
+      std::fprintf(stderr,
+                   "strata node: %s: stop requested; serving until node %s has stopped "
+                   "gracefully (its drain needs this node's shards)\n",
+                   me_.c_str(), coordinator_.c_str());
+    }
+    cv_.wait(lock);
+  }
+  return error(errc::unavailable, "node '" + me_ + "': lost the coordinator's node '" +
+                                      coordinator_ + "': " + coordinator_reason_);
+}
+
+void node_membership::finish(bool ok) {
+  if (ok && transport_ && runs_coordinator()) {
+    auto& bridge = transport_->bridge();
+    std::vector<std::future<bool>> answers;
+    for (const auto& peer : m_.nodes) {
+      if (peer.name == me_) continue;
+      auto answer = std::make_shared<std::promise<bool>>();
+      answers.push_back(answer->get_future());
+      auto sent = bridge.request(peer.name, transport::frame_type::echo, targets::finished, {},
+                                 [answer](expected<transport::inbound_frame> r) {
+                                   answer->set_value(r && r->header.type ==
+                                                              transport::frame_type::reply);
+                                 });
+      if (!sent) answer->set_value(false);
+    }
+    for (auto& a : answers) {
+      if (a.wait_for(finish_timeout) != std::future_status::ready || !a.get())
+        std::fprintf(stderr, "strata node: %s: a member did not acknowledge the end of training\n",
+                     me_.c_str());
+    }
+  }
+  stop();
+}
+
+void node_membership::stop() {
+  if (transport_) transport_->stop();
+}
+
+}  // namespace strata::deploy

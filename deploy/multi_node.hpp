@@ -1,0 +1,110 @@
+// One node's part in a cluster of several nodes (a manifest's `nodes`
+// list, docs/multi-node.md). Every node runs `strata node` with the same
+// manifest; this class is what makes the processes one cluster:
+//
+// - Transport: the node's UCX bridge (transport/node_bridge.hpp) listens on
+//   its nodes[i].host:transport_port; it connects to every node listed
+//   before it (retrying while they start) and waits for every node listed
+//   after it to connect, until transport.join_timeout_seconds.
+// - Placement: shards, cache tiers and workers live on the nodes the
+//   manifest's placement gives them (shard_nodes, cache_nodes,
+//   worker_nodes); the first node runs the coordinator and the dense model.
+//   Actors elsewhere are reached through proxies with the same typed
+//   interface, so the actor code is the single-node code.
+// - Join: a node holds its peers' frames until it has exported its actors
+//   under fixed target numbers (a worker elsewhere pulls the dense model as
+//   soon as it is spawned), then answers a readiness echo; the
+//   coordinator's node starts training only once every node answers it.
+// - End: a member node serves until the coordinator's node tells it that
+//   training ended and everything is drained (a `finished` notice, answered
+//   before the coordinator's node says goodbye): a clean end. Losing the
+//   coordinator's node before that (crash, network) is an error naming it. A node that loses any peer logs
+//   it (the bridge's log line names the node and the reason); requests to
+//   it fail with that error, so training fails instead of hanging.
+//
+// Thread-safety: place/join/serve_until_done run on the node's main thread;
+// request_stop() may be called from a signal thread.
+#pragma once
+
+#include <caf/fwd.hpp>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "actors/local_cluster.hpp"
+#include "common/error.hpp"
+#include "deploy/manifest.hpp"
+#include "transport/remote_actors.hpp"
+
+namespace strata::deploy {
+
+// Target numbers of a cluster's exported actors (the same on every node).
+namespace targets {
+inline constexpr uint32_t ready = 1;  // echo: the node has exported everything
+inline constexpr uint32_t dense = 2;
+inline constexpr uint32_t finished = 3;  // notice: the coordinator's node is done with this one
+inline constexpr uint32_t shard_base = 0x10000;
+inline constexpr uint32_t cache_base = 0x20000;
+inline constexpr uint32_t worker_base = 0x30000;
+}  // namespace targets
+
+class node_membership {
+ public:
+  // `node` must be one of m.nodes (an error lists them otherwise).
+  static expected<std::unique_ptr<node_membership>> create(const manifest& m,
+                                                           const std::string& node);
+  ~node_membership();
+
+  const std::string& name() const { return me_; }
+  const std::string& coordinator_node() const { return coordinator_; }
+  bool runs_coordinator() const { return me_ == coordinator_; }
+  // Which shards this node hosts (index -> bool): what it clears, restores
+  // and exports.
+  const std::vector<bool>& hosted_shards() const { return hosted_shards_; }
+  // "shards 1, 4; cache tiers 1; workers 1, 4" for the start-up line.
+  std::string describe() const;
+
+  // cluster_hooks::place: starts the transport, connects to every peer and
+  // returns the placement (proxies for everything hosted elsewhere).
+  expected<actors::cluster_placement> place(caf::actor_system& system);
+  // cluster_hooks::join: exports this node's actors; on the coordinator's
+  // node, waits until every peer has exported its own.
+  status join(const actors::training_cluster& cluster);
+  // cluster_hooks::serve_until_done (member nodes).
+  status serve_until_done();
+  // A stop signal: aborts a join in progress (the node exits with an
+  // error). A member keeps serving until the coordinator's node has
+  // finished its graceful stop, which needs the member's shards.
+  void request_stop();
+
+  // Null before place().
+  transport::node_bridge* bridge() { return transport_ ? &transport_->bridge() : nullptr; }
+  // cluster_hooks::shutdown: on the coordinator's node after a successful
+  // run, tells every member it is done with it (each answers once told);
+  // then says goodbye to the peers (the end of this node's part).
+  void finish(bool ok);
+  void stop();
+
+ private:
+  node_membership() = default;
+  void on_peer(const std::string& peer, bool up, const std::string& reason);
+  bool stopping() const;
+
+  manifest m_;
+  std::string me_, coordinator_;
+  size_t my_index_ = 0;
+  std::vector<bool> hosted_shards_;
+  std::unique_ptr<transport::node_transport> transport_;
+  std::chrono::steady_clock::time_point deadline_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_requested_ = false;
+  bool coordinator_gone_ = false;
+  bool finished_ = false;  // the coordinator's node is done with this node
+  std::string coordinator_reason_;
+};
+
+}  // namespace strata::deploy

@@ -1,0 +1,244 @@
+// Clusters of several nodes with real processes: `strata launch` starts one
+// `strata node` per node of the manifest, the nodes join over the UCX
+// transport on loopback (each on its own port), and shards, cache tiers and
+// workers are spread over them. The tests check what a user relies on:
+// - the exact-sum invariant holds across processes (count objective: every
+//   key's weights equal its sightings), in async and pass mode, through the
+//   final checkpoint that the coordinator cuts over every node;
+// - training reaches the single-node run's held-out AUC on the same data;
+// - killing one node's process mid-training stops the cluster with an error
+//   naming the node, within the heartbeat timeout plus a margin, and no
+//   process hangs.
+// Polls with deadlines; no fixed sleeps.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "actors/checkpoint.hpp"
+#include "tests/deploy/exact_sums.hpp"
+#include "tests/deploy/process_util.hpp"
+#include "tests/tiers/test_util.hpp"
+
+namespace strata {
+namespace {
+
+namespace fs = std::filesystem;
+using strata::testing::temp_dir;
+
+// Generous: a loaded 2-core CI machine must finish, never hang the suite.
+constexpr double run_deadline_s = 300;
+
+// A port that was free a moment ago (the nodes bind it right after).
+uint16_t free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  sa.sin_port = 0;
+  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0);
+  socklen_t len = sizeof sa;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len);
+  ::close(fd);
+  return ntohs(sa.sin_port);
+}
+
+struct cluster_spec {
+  std::string name = "multi";
+  uint32_t nodes = 3;  // 1: no nodes list (the single-node baseline)
+  bool count = false;  // count objective (exact sums) instead of the CTR model
+  bool pass = false;
+  uint64_t rows = 40000;
+  uint32_t shards = 3, caches = 3, workers = 3;
+};
+
+// Writes the manifest; data and checkpoints under `d` (the data file is
+// shared by every manifest of a test).
+fs::path write_manifest(const fs::path& d, const cluster_spec& spec) {
+  const fs::path file = d / (spec.name + ".yaml");
+  std::ofstream m(file);
+  m << "name: " << spec.name << "\nmode: " << (spec.pass ? "pass" : "async")
+    << "\npartitions: 256\nthreads: 2\n";
+  if (spec.pass) m << "pass_batches: 40\n";
+  if (spec.nodes > 1) {
+    m << "nodes:\n";
+    for (uint32_t i = 0; i < spec.nodes; ++i)
+      m << "  - name: n" << i << "\n    host: 127.0.0.1\n    transport_port: " << free_port()
+        << "\n    ssd_path: " << (d / (spec.name + "-n" + std::to_string(i))).string() << "\n";
+  }
+  if (spec.count) {
+    m << "table:\n  name: counts\n  optimizer:\n    kind: sgd\n    learning_rate: 1\n"
+      << "  initializer:\n    kind: zeros\n"
+      << "model:\n  embedding_dim: 1\n  objective: count\n";
+  } else {
+    m << "table:\n  name: ctr\n  seed: 7\n  optimizer:\n    kind: adagrad\n"
+      << "    learning_rate: 0.1\n  initializer:\n    kind: normal\n    stddev: 0.01\n"
+      << "model:\n  embedding_dim: 8\n  hidden: [32]\n";
+  }
+  m << "shards:\n  count: " << spec.shards << "\n  dram_bytes: 256KiB\n  ssd_path: "
+    << (d / (spec.name + "-state")).string() << "\n  map_bytes: 256MiB\n"
+    << "  flush_batch_rows: 512\n"
+    << "caches:\n  count: " << spec.caches << "\n  sets: 16\n"
+    << "workers:\n  count: " << spec.workers << "\n  batch_size: 64\n"
+    << "data:\n  path: " << (d / "data.tsv").string()
+    << "\n  heldout_fraction: " << (spec.count ? "0" : "0.1") << "\n"
+    << "  generate:\n    rows: " << spec.rows << "\n    distinct_keys: 20000\n    seed: 11\n"
+    << "checkpoint:\n  dir: " << (d / (spec.name + "-ckpt")).string() << "\n  keep: 2\n"
+    << "transport:\n  heartbeat_interval_ms: 1000\n  heartbeat_timeout_ms: 10000\n"
+    << "  join_timeout_seconds: 120\n";
+  return file;
+}
+
+struct run_result {
+  int status = -1;
+  std::string out, err;
+};
+
+run_result launch(const fs::path& manifest, const fs::path& logs) {
+  strata_process p({"launch", manifest.string()}, logs / "out.txt", logs / "err.txt");
+  run_result r;
+  auto st = p.wait(run_deadline_s);
+  EXPECT_TRUE(st) << "launch of " << manifest << " did not finish in " << run_deadline_s << " s";
+  if (st) r.status = *st;
+  r.out = p.out();
+  r.err = p.err();
+  return r;
+}
+
+std::optional<double> number_after(const std::string& text, const std::string& label) {
+  std::smatch m;
+  const std::regex re(label + ": ([0-9.]+)");
+  if (!std::regex_search(text, m, re)) return std::nullopt;
+  return std::stod(m[1]);
+}
+
+size_t occurrences(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+// The exact sums over every worker's whole stream, in the final checkpoint
+// (cut by the coordinator across every node's shards at the end).
+void expect_exact_sums_after(const fs::path& manifest, const fs::path& checkpoints) {
+  auto latest = actors::latest_checkpoint(checkpoints);
+  ASSERT_TRUE(latest) << "no complete checkpoint under " << checkpoints;
+  auto positions = check_exact_sums(manifest, *latest);
+  auto m = deploy::load_manifest(manifest);
+  ASSERT_TRUE(m);
+  ASSERT_TRUE(deploy::resolve_data_split(*m));
+  ASSERT_EQ(positions.size(), m->cluster.workers.size());
+  for (size_t w = 0; w < positions.size(); ++w) {
+    const auto& wc = m->cluster.workers[w];
+    EXPECT_EQ(positions[w], (wc.data.limit + wc.batch_size - 1) / wc.batch_size)
+        << "worker " << w << " did not train its whole window";
+  }
+}
+
+TEST(MultiNode, ThreeProcessesKeepExactSumsInAsyncMode) {
+  temp_dir dir;
+  cluster_spec spec;
+  spec.name = "exact";
+  spec.count = true;
+  const auto manifest = write_manifest(dir.path(), spec);
+  auto r = launch(manifest, dir.path());
+  ASSERT_EQ(r.status, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("cluster: all 3 nodes ready"), std::string::npos) << r.out;
+  // Every member reports its own part; the coordinator the whole run.
+  EXPECT_NE(r.out.find("== report: node n1 of cluster exact =="), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("== report: node n2 of cluster exact =="), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("== report: cluster exact (async mode) =="), std::string::npos) << r.out;
+  expect_exact_sums_after(manifest, dir.path() / "exact-ckpt");
+  // Each node's shard lives in that node's own ssd_path.
+  for (int i = 0; i < 3; ++i)
+    EXPECT_TRUE(fs::exists(dir.path() / ("exact-n" + std::to_string(i)) /
+                           ("shard-" + std::to_string(i)) / "data.mdb"))
+        << "shard " << i << " not under node n" << i << "'s ssd_path";
+}
+
+TEST(MultiNode, TwoProcessesKeepExactSumsInPassMode) {
+  temp_dir dir;
+  cluster_spec spec;
+  spec.name = "pass";
+  spec.count = true;
+  spec.pass = true;
+  spec.nodes = 2;
+  spec.shards = 2;
+  spec.caches = 2;
+  spec.workers = 2;
+  spec.rows = 20000;
+  const auto manifest = write_manifest(dir.path(), spec);
+  auto r = launch(manifest, dir.path());
+  ASSERT_EQ(r.status, 0) << r.out << r.err;
+  expect_exact_sums_after(manifest, dir.path() / "pass-ckpt");
+}
+
+TEST(MultiNode, ThreeProcessesReachTheSingleNodeAuc) {
+  temp_dir dir;
+  cluster_spec single;
+  single.name = "single";
+  single.nodes = 1;
+  cluster_spec multi;
+  multi.name = "three";
+  const auto single_manifest = write_manifest(dir.path(), single);
+  const auto multi_manifest = write_manifest(dir.path(), multi);
+  fs::create_directories(dir.path() / "single-logs");
+  fs::create_directories(dir.path() / "three-logs");
+  auto one = launch(single_manifest, dir.path() / "single-logs");
+  ASSERT_EQ(one.status, 0) << one.out << one.err;
+  auto three = launch(multi_manifest, dir.path() / "three-logs");
+  ASSERT_EQ(three.status, 0) << three.out << three.err;
+  const auto auc_one = number_after(one.out, "held-out AUC");
+  const auto auc_three = number_after(three.out, "held-out AUC");
+  ASSERT_TRUE(auc_one && auc_three) << one.out << three.out;
+  EXPECT_GT(*auc_one, 0.55) << "the single-node run did not learn";
+  EXPECT_NEAR(*auc_three, *auc_one, 0.01) << three.out;
+  // The same examples trained, and every key stored once over the nodes.
+  EXPECT_EQ(number_after(one.out, "examples"), number_after(three.out, "examples"));
+  EXPECT_EQ(number_after(one.out, "stored keys"), number_after(three.out, "stored keys"));
+}
+
+TEST(MultiNode, KilledNodeStopsTheClusterNamingIt) {
+  temp_dir dir;
+  cluster_spec spec;
+  spec.name = "kill";
+  spec.rows = 400000;  // long enough to be killed mid-training
+  const auto manifest = write_manifest(dir.path(), spec);
+  strata_process p({"launch", manifest.string()}, dir.path() / "out.txt", dir.path() / "err.txt");
+  std::optional<pid_t> victim;
+  ASSERT_TRUE(poll_until(
+      [&] {
+        std::smatch m;
+        const std::string out = p.out();
+        static const std::regex re("\\(node n1, pid ([0-9]+)\\)");
+        if (std::regex_search(out, m, re)) victim = static_cast<pid_t>(std::stoi(m[1]));
+        return victim && out.find("cluster: all 3 nodes ready") != std::string::npos;
+      },
+      run_deadline_s))
+      << p.out() << p.err();
+  ASSERT_EQ(::kill(*victim, SIGKILL), 0);
+  // Heartbeat timeout (10 s) plus a generous margin for a loaded machine.
+  auto st = p.wait(10 + 50);
+  ASSERT_TRUE(st) << "the launcher hung after node n1 was killed\n" << p.out() << p.err();
+  const std::string err = p.err();
+  EXPECT_NE(*st, 0);
+  EXPECT_NE(err.find("node 'n1' (pid " + std::to_string(*victim) + ") was killed by signal 9"),
+            std::string::npos)
+      << err;
+  // The coordinator's node saw it go down, and its training failed naming it.
+  EXPECT_NE(err.find("[n0]: node 'n1' down"), std::string::npos) << err;
+  EXPECT_EQ(occurrences(p.out(), "== report: cluster kill"), 0u) << "training finished anyway";
+}
+
+}  // namespace
+}  // namespace strata
