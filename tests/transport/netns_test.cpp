@@ -1,14 +1,18 @@
 // Several hosts on one machine: two network namespaces joined by a veth
 // pair (addresses only inside them, a unique name prefix, always deleted),
-// one node per namespace with UCX_TLS=tcp, the exact-sum test across them.
+// one node per namespace with UCX_TLS=tcp: the transport's exact-sum test
+// across them, and a real two-node `strata node` cluster that trains (count
+// objective) and must hold the exact sums in its final checkpoint.
 // Needs root and `ip`; skips with the reason otherwise.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cstdlib>
+#include <fstream>
 #include <memory>
 
 #include "common/child_process.hpp"
+#include "tests/deploy/exact_sums.hpp"
 #include "tests/tiers/test_util.hpp"
 
 namespace strata::testing {
@@ -55,17 +59,21 @@ class namespace_pair {
   const std::string& a() const { return a_; }
   const std::string& b() const { return b_; }
   std::string address_a() const { return subnet_ + ".1"; }
+  std::string address_b() const { return subnet_ + ".2"; }
 
  private:
   std::string ip_, a_, b_, subnet_;
   bool ok_ = false;
 };
 
+#define SKIP_WITHOUT_NAMESPACES(ip)                                                  \
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to create network namespaces"; \
+  if ((ip).empty()) GTEST_SKIP() << "the `ip` tool (iproute2) is not installed";    \
+  if (!run_ip(ip, "netns list")) GTEST_SKIP() << "`ip netns` is not usable here"
+
 TEST(NetworkNamespaces, ExactSumAcrossTwoHostsOverTcp) {
-  if (::geteuid() != 0) GTEST_SKIP() << "needs root to create network namespaces";
   const auto ip = ip_binary();
-  if (ip.empty()) GTEST_SKIP() << "the `ip` tool (iproute2) is not installed";
-  if (!run_ip(ip, "netns list")) GTEST_SKIP() << "`ip netns` is not usable here";
+  SKIP_WITHOUT_NAMESPACES(ip);
   namespace_pair ns(ip);
   ASSERT_TRUE(ns.ok()) << "could not set up namespaces " << ns.a() << ", " << ns.b();
   temp_dir dir;
@@ -100,6 +108,60 @@ TEST(NetworkNamespaces, ExactSumAcrossTwoHostsOverTcp) {
   EXPECT_TRUE(listener) << b.output();
   a.close_stdin();
   EXPECT_EQ(a.wait_exit(60s), 0) << a.output();
+}
+
+// A two-node manifest whose hosts are the namespaces' addresses: the
+// coordinator's node in namespace a, the other in b. Count objective, so
+// the final checkpoint must hold every key's exact number of sightings.
+TEST(NetworkNamespaces, StrataNodesTrainAcrossTwoHosts) {
+  const auto ip = ip_binary();
+  SKIP_WITHOUT_NAMESPACES(ip);
+  namespace_pair ns(ip);
+  ASSERT_TRUE(ns.ok()) << "could not set up namespaces " << ns.a() << ", " << ns.b();
+  temp_dir dir;
+  const auto d = dir.path();
+  const auto manifest = d / "hosts.yaml";
+  {
+    std::ofstream m(manifest);
+    m << "name: hosts\nmode: async\npartitions: 64\nthreads: 2\n"
+      << "nodes:\n"
+      << "  - name: ha\n    host: " << ns.address_a() << "\n    transport_port: 17441\n"
+      << "    ssd_path: " << (d / "ha").string() << "\n"
+      << "  - name: hb\n    host: " << ns.address_b() << "\n    transport_port: 17442\n"
+      << "    ssd_path: " << (d / "hb").string() << "\n"
+      << "table:\n  name: counts\n  optimizer:\n    kind: sgd\n    learning_rate: 1\n"
+      << "  initializer:\n    kind: zeros\n"
+      << "model:\n  embedding_dim: 1\n  objective: count\n"
+      << "shards:\n  count: 2\n  dram_bytes: 128KiB\n  ssd_path: " << (d / "state").string()
+      << "\n  map_bytes: 256MiB\n  flush_batch_rows: 512\n"
+      << "caches:\n  count: 2\n  sets: 8\n"
+      << "workers:\n  count: 2\n  batch_size: 32\n"
+      << "data:\n  path: " << (d / "data.tsv").string() << "\n  heldout_fraction: 0\n"
+      << "  generate:\n    rows: 20000\n    distinct_keys: 5000\n    seed: 5\n"
+      << "checkpoint:\n  dir: " << (d / "ckpt").string() << "\n  keep: 2\n";
+  }
+  const std::vector<std::string> env{"UCX_TLS=tcp"};
+  // The first node generates the data before its transport starts; the
+  // second starts once it is listening.
+  child_process a(ip, {"netns", "exec", ns.a(), STRATA_BINARY, "node", "--manifest",
+                       manifest.string(), "--node", "ha"},
+                  env);
+  ASSERT_TRUE(a.wait_line("transport: node ha listening", 120s)) << a.output();
+  child_process b(ip, {"netns", "exec", ns.b(), STRATA_BINARY, "node", "--manifest",
+                       manifest.string(), "--node", "hb"},
+                  env);
+  const auto rc_a = a.wait_exit(240s);
+  const auto rc_b = b.wait_exit(60s);
+  ASSERT_TRUE(rc_a && rc_b) << a.output() << b.output();
+  EXPECT_EQ(*rc_a, 0) << a.output();
+  EXPECT_EQ(*rc_b, 0) << b.output();
+  EXPECT_NE(a.output().find("cluster: all 2 nodes ready"), std::string::npos) << a.output();
+  EXPECT_NE(b.output().find("== report: node hb of cluster hosts =="), std::string::npos)
+      << b.output();
+  auto latest = actors::latest_checkpoint(d / "ckpt");
+  ASSERT_TRUE(latest) << "no complete checkpoint\n" << a.output();
+  const auto positions = check_exact_sums(manifest, *latest);
+  EXPECT_EQ(positions.size(), 2u);
 }
 
 }  // namespace
