@@ -542,7 +542,18 @@ int run_node(const std::string& path, const std::string& node, const std::string
   // The actors are still alive here: freeze the final values, print the
   // report, and keep serving them for the linger period.
   hooks.finished = [&](const actors::training_report& r) {
-    if (metrics) metrics->freeze(r);
+    if (metrics) {
+      // A node of several exports only the tiers it hosts (the
+      // coordinator's report lists every node's).
+      actors::training_report own = r;
+      if (member) {
+        std::erase_if(own.tiers, [&](const actors::tier_stats& t) {
+          const auto& nodes = t.kind == "shard" ? m.shard_nodes : m.cache_nodes;
+          return t.index >= nodes.size() || nodes[t.index] != member->name();
+        });
+      }
+      metrics->freeze(own);
+    }
     line.done();
     if (coordinator_here)
       print_report(m, r);

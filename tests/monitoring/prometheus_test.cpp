@@ -159,5 +159,89 @@ TEST(PrometheusServer, ScrapesTheNodeAndHoldsTheRunsFinalReport) {
   }
 }
 
+// A cluster of two node processes: Prometheus scrapes both, every node is
+// `up`, each shard's and cache tier's counters are exported by the node
+// that hosts it and equal the coordinator's final report, and each node
+// exports its transport counters for the other.
+TEST(PrometheusServer, ScrapesEveryNodeOfAMultiNodeCluster) {
+  if (!on_path("prometheus"))
+    GTEST_SKIP() << "prometheus is not installed (Debian package prometheus: make deps)";
+  temp_dir dir("strata-prometheus-nodes");
+  const std::vector<std::string> names = {"pn0", "pn1"};
+  const std::vector<uint16_t> ports = {free_port(), free_port()};
+  const uint16_t prom_port = free_port();
+  std::ofstream(dir.path() / "prometheus.yml")
+      << "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
+         "scrape_configs:\n  - job_name: strata\n    static_configs:\n"
+         "      - targets: ['127.0.0.1:"
+      << ports[0] << "', '127.0.0.1:" << ports[1] << "']\n";
+  child_process prometheus(
+      {"prometheus", "--config.file=" + (dir.path() / "prometheus.yml").string(),
+       "--storage.tsdb.path=" + (dir.path() / "tsdb").string(),
+       "--web.listen-address=127.0.0.1:" + std::to_string(prom_port)},
+      dir.path() / "prometheus.log");
+  const auto manifest = dir.path() / "manifest.yaml";
+  std::ofstream(manifest) << small_multi_node_manifest(dir.path(), names, ports, 40000, 60, 0.1);
+  child_process strata({STRATA_BINARY, "launch", manifest.string()}, dir.path() / "launch.log");
+
+  double report_seen = 0;
+  for (auto deadline = std::chrono::steady_clock::now() + 90s;
+       std::chrono::steady_clock::now() < deadline;) {
+    ASSERT_TRUE(strata.running()) << strata.output();
+    if (strata.output().find("serving the final values") != std::string::npos) {
+      report_seen = now_unix();
+      break;
+    }
+    std::this_thread::sleep_for(100ms);
+  }
+  ASSERT_GT(report_seen, 0) << "training did not finish in time:\n" << strata.output();
+  const std::string out = strata.output();
+  const auto tiers = report_tiers(out.substr(out.find("== report: cluster")));
+  ASSERT_EQ(tiers.size(), 4u) << out;
+
+  // A scrape of each node that started after the coordinator's report.
+  for (size_t i = 0; i < names.size(); ++i) {
+    std::optional<sample> s;
+    for (auto deadline = std::chrono::steady_clock::now() + 40s;
+         std::chrono::steady_clock::now() < deadline;) {
+      ASSERT_TRUE(prometheus.running()) << prometheus.output();
+      s = query(prom_port, "up{instance=\"127.0.0.1:" + std::to_string(ports[i]) + "\"}");
+      if (s && s->timestamp > report_seen) break;
+      std::this_thread::sleep_for(250ms);
+    }
+    ASSERT_TRUE(s && s->timestamp > report_seen) << "no scrape of node " << names[i] << " after "
+                                                 << "training:\n" << prometheus.output();
+    EXPECT_EQ(s->value, 1) << "node " << names[i] << " is not up";
+  }
+  // Shard i and cache i live on node i % 2 (placement: spread).
+  for (const auto& t : tiers) {
+    const std::string& host = names[std::stoul(t.index) % names.size()];
+    const std::string owner = "node=\"" + host + "\"," + t.kind + "=\"" + t.index + "\"";
+    const std::string tier = t.kind == "shard" ? "dram" : "cache";
+    auto got = query(prom_port, "strata_tier_hits_total{" + owner + ",tier=\"" + tier + "\"}");
+    ASSERT_TRUE(got) << t.kind << " " << t.index << " is not exported by node " << host;
+    EXPECT_EQ(got->value, static_cast<double>(t.hits)) << t.kind << " " << t.index;
+    auto misses =
+        query(prom_port, "strata_tier_misses_total{" + owner + ",tier=\"" + tier + "\"}");
+    ASSERT_TRUE(misses);
+    EXPECT_EQ(misses->value, static_cast<double>(t.misses)) << t.kind << " " << t.index;
+    // ... and only by that node.
+    const std::string other = names[(std::stoul(t.index) + 1) % names.size()];
+    EXPECT_FALSE(query(prom_port, "strata_tier_hits_total{node=\"" + other + "\"," + t.kind +
+                                      "=\"" + t.index + "\"}"))
+        << t.kind << " " << t.index << " is exported twice";
+  }
+  for (size_t i = 0; i < names.size(); ++i) {
+    const std::string peer = names[1 - i];
+    const std::string labels = "{node=\"" + names[i] + "\",peer=\"" + peer + "\"}";
+    auto sent = query(prom_port, "strata_transport_sent_messages_total" + labels);
+    ASSERT_TRUE(sent) << "no transport counters of " << names[i] << " for " << peer;
+    EXPECT_GT(sent->value, 0);
+    auto received = query(prom_port, "strata_transport_received_bytes_total" + labels);
+    ASSERT_TRUE(received);
+    EXPECT_GT(received->value, 0);
+  }
+}
+
 }  // namespace
 }  // namespace strata::monitoring::testing

@@ -192,4 +192,18 @@ std::string small_manifest(const fs::path& dir, uint16_t port, const std::string
   return m.str();
 }
 
+std::string small_multi_node_manifest(const fs::path& dir, const std::vector<std::string>& names,
+                                      const std::vector<uint16_t>& metrics_ports, uint64_t rows,
+                                      uint32_t linger_seconds, double heldout_fraction) {
+  std::ostringstream m;
+  m << "nodes:\n";
+  for (size_t i = 0; i < names.size(); ++i)
+    m << "  - name: " << names[i] << "\n    host: 127.0.0.1\n    transport_port: " << free_port()
+      << "\n    metrics_port: " << metrics_ports[i] << "\n    ssd_path: "
+      << (dir / names[i]).string() << "\n";
+  m << small_manifest(dir, metrics_ports.front(), names.front(), rows, linger_seconds,
+                      heldout_fraction);
+  return m.str();
+}
+
 }  // namespace strata::monitoring::testing

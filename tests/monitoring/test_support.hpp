@@ -71,4 +71,12 @@ class temp_dir {
 std::string small_manifest(const std::filesystem::path& dir, uint16_t port, const std::string& node,
                            uint64_t rows, uint32_t linger_seconds, double heldout_fraction);
 
+// The same run over several nodes (one process each, strata launch): node
+// i is named `names[i]`, serves /metrics on metrics_ports[i] and listens
+// for the transport on a free port; shards, caches and workers are spread.
+std::string small_multi_node_manifest(const std::filesystem::path& dir,
+                                      const std::vector<std::string>& names,
+                                      const std::vector<uint16_t>& metrics_ports, uint64_t rows,
+                                      uint32_t linger_seconds, double heldout_fraction);
+
 }  // namespace strata::monitoring::testing
