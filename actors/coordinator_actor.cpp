@@ -162,6 +162,9 @@ bool all_finished(const coordinator_state& st) {
   return std::all_of(st.finished.begin(), st.finished.end(), [](bool f) { return f; });
 }
 
+// A cluster without workers checks for a stop or a due checkpoint this often.
+constexpr auto idle_poll = std::chrono::milliseconds(100);
+
 // --- checkpoints ------------------------------------------------------------------
 
 bool checkpoint_due(const coordinator_state& st) {
@@ -379,6 +382,22 @@ void run_round(coordinator_pointer self, std::function<void()> next) {
 void async_round(coordinator_pointer self) {
   run_round(self, [self] {
     auto& s = self->state;
+    if (s.peers.workers.empty() && !s.stop_requested) {
+      // No workers: a store for clients' pushes (the gateway). Every moment
+      // is a cut; wait for a stop, taking checkpoints when due.
+      at_cut(
+          self,
+          [self] {
+            auto& s = self->state;
+            auto again = [self] { self->delayed_send(self, idle_poll, idle_atom::value); };
+            if (checkpoint_due(s) && !s.writing)
+              take_checkpoint(self, again);
+            else
+              again();
+          },
+          false);
+      return;
+    }
     if (all_finished(s) || s.stop_requested) {
       end_training(self);
       return;
@@ -650,6 +669,7 @@ coordinator_actor::behavior_type coordinator_behavior(coordinator_pointer self, 
         return promise;
       },
       [self](stop_atom) { self->state.stop_requested = true; },
+      [self](idle_atom) { async_round(self); },
       [self](tick_atom) {
         auto& s = self->state;
         s.due = true;
@@ -757,9 +777,14 @@ expected<training_cluster> spawn_training_cluster(caf::actor_system& system,
                                                   const cluster_config& config,
                                                   const worker_seams& seams, progress_sink sink,
                                                   const cluster_placement& placement) {
-  if (config.shards.empty() || config.caches.empty() || config.workers.empty())
+  if (config.shards.empty() || config.caches.empty())
     return error(errc::invalid_argument,
-                 "cluster '" + config.name + "': needs at least one shard, cache tier and worker");
+                 "cluster '" + config.name + "': needs at least one shard and cache tier");
+  if (config.workers.empty() && config.mode != training_mode::async)
+    return error(errc::invalid_argument,
+                 "cluster '" + config.name +
+                     "': a cluster without workers (a store for clients' pushes) runs in async "
+                     "mode");
   if (config.partitions == 0)
     return error(errc::invalid_argument, "cluster '" + config.name + "': partitions must be > 0");
   if (!seams.gradients && config.table.layout.dim != config.model.row_dim())

@@ -43,6 +43,7 @@ using commit_atom = caf::atom_constant<caf::atom("commit")>;
 using erase_atom = caf::atom_constant<caf::atom("erase")>;
 using map_atom = caf::atom_constant<caf::atom("map")>;
 using scale_atom = caf::atom_constant<caf::atom("scale")>;
+using idle_atom = caf::atom_constant<caf::atom("idle")>;
 
 // --- message types ----------------------------------------------------------
 struct row_batch {

@@ -114,6 +114,9 @@ using coordinator_actor = caf::typed_actor<
     caf::reacts_to<stop_atom>,
     // The periodic checkpoint timer (internal).
     caf::reacts_to<tick_atom>,
+    // A cluster without workers (a store that clients push to through the
+    // gateway) polls for a stop and due checkpoints with this (internal).
+    caf::reacts_to<idle_atom>,
     // Scale to N shards (docs/scaling.md): spawn or retire shards, copy the
     // moving partitions while training goes on, fence and commit the new
     // map at the next cut (pass mode: a pass boundary); answers once every

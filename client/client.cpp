@@ -25,7 +25,8 @@ std::string serving_client::current_replica() const {
   return options_.replicas[current_].to_string();
 }
 
-status serving_client::request(wire::frame_type type, std::span<const std::byte> payload) {
+status serving_client::request(wire::frame_type type, std::span<const std::byte> payload,
+                               bool idempotent) {
   std::string last_error;
   const size_t n = options_.replicas.size();
   for (size_t attempt = 0; attempt <= n; ++attempt) {
@@ -56,6 +57,12 @@ status serving_client::request(wire::frame_type type, std::span<const std::byte>
       }
       socket_ = wire::frame_socket();
       connected_ = false;
+      // A push may have been applied before the connection broke: retrying
+      // it elsewhere could apply it twice, so the caller decides.
+      if (!idempotent)
+        return error(errc::unavailable, current_replica() +
+                                            ": sent, but no acknowledgement arrived (" +
+                                            last_error + "); it may or may not have been applied");
     }
     // Fail over to the next replica.
     current_ = (current_ + 1) % n;
@@ -102,6 +109,23 @@ status serving_client::prefetch(const std::string& table, std::span<const uint64
   STRATA_TRY(request(wire::frame_type::prefetch, payload));
   if (reply_.header.type != wire::frame_type::ack)
     return error(errc::corrupt_data, current_replica() + ": prefetch not acknowledged");
+  return {};
+}
+
+status serving_client::push(const std::string& table, std::span<const uint64_t> keys,
+                            std::span<const float> grads) {
+  if (keys.empty()) return {};
+  if (grads.size() % keys.size() != 0)
+    return error(errc::invalid_argument, "push to table '" + table + "': " +
+                                             std::to_string(grads.size()) +
+                                             " gradients are not a whole row per key (" +
+                                             std::to_string(keys.size()) + " keys)");
+  const auto dim = static_cast<uint32_t>(grads.size() / keys.size());
+  payload_.clear();
+  wire::encode_push(payload_, table, dim, keys, grads);
+  STRATA_TRY(request(wire::frame_type::push, payload_, /*idempotent=*/false));
+  if (reply_.header.type != wire::frame_type::ack)
+    return error(errc::corrupt_data, current_replica() + ": push not acknowledged");
   return {};
 }
 

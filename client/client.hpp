@@ -1,8 +1,10 @@
-// The C++ client of strata serving: lookups and prefetches over the binary
-// protocol (client/wire.hpp), with failover across serving replicas.
+// The C++ client of strata: lookups and prefetches over the binary protocol
+// (client/wire.hpp), with failover across serving replicas, and pushes of
+// gradients to a training cluster's gateway (async mode).
 //
 //   auto c = strata::client::serving_client::connect({{"10.0.0.5", 7100}, {"10.0.0.6", 7100}});
 //   auto rows = c->lookup("ads", keys);   // rows->weights: keys.size() x rows->dim
+//   c->push("ads", keys, grads);          // grads: keys.size() x dim, to a gateway
 //
 // A request goes to the current replica; if the connection fails (refused,
 // reset, timed out) the client moves to the next replica and retries the
@@ -48,6 +50,14 @@ class serving_client {
   status lookup_into(const std::string& table, std::span<const uint64_t> keys, rows& out);
   // Asks the serving node to bring keys into its cache; no rows back.
   status prefetch(const std::string& table, std::span<const uint64_t> keys);
+  // Gradients for the keys' rows (keys.size() x dim, row-major; duplicate
+  // keys are summed), applied by a training cluster's gateway (manifest:
+  // gateway.port; async mode) with the table's optimizer. Returns once
+  // every owning shard applied its part. Not retried on another replica
+  // once sent (a push is not idempotent): a lost connection is an error
+  // saying it may or may not have been applied. Serving nodes refuse it.
+  status push(const std::string& table, std::span<const uint64_t> keys,
+              std::span<const float> grads);
 
   // The replica requests go to now ("host:port").
   std::string current_replica() const;
@@ -56,7 +66,8 @@ class serving_client {
  private:
   explicit serving_client(client_options options) : options_(std::move(options)) {}
   // Sends a request and leaves the reply in reply_ (failing over on a broken connection).
-  status request(wire::frame_type type, std::span<const std::byte> payload);
+  status request(wire::frame_type type, std::span<const std::byte> payload,
+                 bool idempotent = true);
   client_options options_;
   size_t current_ = 0;
   wire::frame_socket socket_;

@@ -17,7 +17,7 @@ T get(const std::byte* p) {
   std::memcpy(&v, p, sizeof v);
   return v;
 }
-bool known_type(uint16_t t) { return t >= 1 && t <= 7; }
+bool known_type(uint16_t t) { return t >= 1 && t <= 8; }
 }  // namespace
 
 void append_frame(std::vector<std::byte>& out, frame_type type, uint64_t request,
@@ -167,6 +167,16 @@ void encode(std::vector<std::byte>& out, const update_batch& r) {
   write_array<float>(w, r.weights);
 }
 
+void encode_push(std::vector<std::byte>& out, const std::string& table, uint32_t dim,
+                 std::span<const uint64_t> keys, std::span<const float> grads) {
+  writer w(out);
+  w.text16(table);
+  w.u32(dim);
+  w.u32(static_cast<uint32_t>(keys.size()));
+  write_array<uint64_t>(w, keys);
+  write_array<float>(w, grads);
+}
+
 expected<key_request> decode_key_request(std::span<const std::byte> payload) {
   reader r(payload, "lookup");
   key_request out;
@@ -223,6 +233,19 @@ expected<update_batch> decode_updates(std::span<const std::byte> payload) {
   if (!read_array(r, out.keys, n)) return r.fail("keys");
   if (!read_array(r, out.versions, n)) return r.fail("versions");
   if (!read_array(r, out.weights, size_t{n} * out.dim)) return r.fail("weights");
+  if (!r.at_end()) return r.fail("end");
+  return out;
+}
+
+expected<push_request> decode_push(std::span<const std::byte> payload) {
+  reader r(payload, "push");
+  push_request out;
+  uint32_t n = 0;
+  if (!r.text16(out.table)) return r.fail("table");
+  if (!r.u32(out.dim)) return r.fail("dim");
+  if (!r.u32(n)) return r.fail("n");
+  if (!read_array(r, out.keys, n)) return r.fail("keys");
+  if (!read_array(r, out.grads, size_t{n} * out.dim)) return r.fail("grads");
   if (!r.at_end()) return r.fail("end");
   return out;
 }

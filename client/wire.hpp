@@ -19,6 +19,8 @@
 //   subscribe          table, stream (u64), after_seq (u64)
 //   updates            table, stream (u64), seq (u64), dim (u32), n (u32),
 //                      n x key (u64), n x version (u64), n x dim x f32
+//   push               table, dim (u32), n (u32), n x key (u64),
+//                      n x dim x f32 gradients (a training gateway; ack n)
 // A frame with a bad magic, version, type, length or checksum, or a payload
 // that does not parse exactly, is rejected with an error naming the field:
 // nothing in it is trusted.
@@ -49,6 +51,7 @@ enum class frame_type : uint16_t {
   error = 5,
   subscribe = 6,
   updates = 7,
+  push = 8,
 };
 
 struct frame_header {
@@ -121,6 +124,12 @@ struct subscribe_request {
   uint64_t stream = 0;     // the publisher's stream id the subscriber saw last (0: none)
   uint64_t after_seq = 0;  // resend updates after this sequence number
 };
+struct push_request {  // gradients for a training cluster (async mode)
+  std::string table;
+  uint32_t dim = 0;
+  std::vector<uint64_t> keys;
+  std::vector<float> grads;  // n x dim
+};
 struct update_batch {
   std::string table;
   uint64_t stream = 0;
@@ -136,6 +145,9 @@ void encode(std::vector<std::byte>& out, const rows_reply& r);
 void encode(std::vector<std::byte>& out, const error_reply& r);
 void encode(std::vector<std::byte>& out, const subscribe_request& r);
 void encode(std::vector<std::byte>& out, const update_batch& r);
+// A push straight from the caller's arrays (no copy into a request struct).
+void encode_push(std::vector<std::byte>& out, const std::string& table, uint32_t dim,
+                 std::span<const uint64_t> keys, std::span<const float> grads);
 // Reply payload: only the header fields; the rows follow from arrays given.
 void encode_rows(std::vector<std::byte>& out, uint32_t dim, std::span<const uint64_t> versions,
                  std::span<const float> weights);
@@ -147,5 +159,6 @@ status decode_rows_into(std::span<const std::byte> payload, rows_reply& out);
 expected<error_reply> decode_error(std::span<const std::byte> payload);
 expected<subscribe_request> decode_subscribe(std::span<const std::byte> payload);
 expected<update_batch> decode_updates(std::span<const std::byte> payload);
+expected<push_request> decode_push(std::span<const std::byte> payload);
 
 }  // namespace strata::wire

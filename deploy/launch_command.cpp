@@ -44,6 +44,8 @@
 #include "deploy/version.hpp"
 #include "model/datagen.hpp"
 #include "monitoring/exporter.hpp"
+#include "serving/binary_server.hpp"
+#include "serving/training_gateway.hpp"
 #include "serving/update_stream.hpp"
 
 namespace strata::cli {
@@ -295,6 +297,44 @@ expected<std::vector<fs::path>> resume_candidates(const fs::path& dir) {
   return all;
 }
 
+// Generates the data if asked and absent, and cuts the training and
+// held-out windows (printed).
+expected<void> prepare_data(deploy::manifest& m, const std::string& path, const std::string& node,
+                            bool coordinator_here) {
+  std::error_code ec;
+  if (!fs::exists(m.data.path, ec)) {
+    if (!coordinator_here)
+      return error(errc::not_found,
+                   path + ": data.path: " + m.data.path.string() + " does not exist on node '" +
+                       node +
+                       "' (strata launch generates it first; by hand: strata datagen, or start "
+                       "the first node, " +
+                       m.nodes.front().name + ", first)");
+    if (!m.generate)
+      return error(errc::not_found, path + ": data.path: " + m.data.path.string() +
+                                        " does not exist (add a data.generate block to create it)");
+    auto generated = generate_data(m);
+    if (!generated) return generated.err();
+  } else if (m.generate) {
+    std::printf("data %s exists; not generating it again\n", m.data.path.c_str());
+  }
+  auto split = deploy::resolve_data_split(m);
+  if (!split) return split.err();
+  uint64_t train = 0;
+  for (const auto& w : m.cluster.workers) train += w.data.limit;
+  if (m.cluster.heldout.path.empty())
+    std::printf("data: %llu training examples, no held-out window\n",
+                static_cast<unsigned long long>(train));
+  else
+    std::printf("data: %llu training examples, held-out window from example %llu%s\n",
+                static_cast<unsigned long long>(train),
+                static_cast<unsigned long long>(m.cluster.heldout.skip),
+                m.cluster.heldout.limit
+                    ? (" (" + std::to_string(m.cluster.heldout.limit) + " examples)").c_str()
+                    : " to the end");
+  return {};
+}
+
 int run_node(const std::string& path, const std::string& node, const std::string& resume) {
   auto fail = [](const error& e) {
     std::fflush(stdout);
@@ -350,37 +390,15 @@ int run_node(const std::string& path, const std::string& node, const std::string
     std::printf("node %s of %zu: hosts %s\n", member->name().c_str(), m.nodes.size(),
                 member->describe().c_str());
 
-  std::error_code ec;
-  if (!fs::exists(m.data.path, ec)) {
-    if (!coordinator_here)
-      return fail(error(errc::not_found,
-                        path + ": data.path: " + m.data.path.string() +
-                            " does not exist on node '" + node +
-                            "' (strata launch generates it first; by hand: strata datagen, or "
-                            "start the first node, " + m.nodes.front().name + ", first)"));
-    if (!m.generate)
-      return fail(
-          error(errc::not_found, path + ": data.path: " + m.data.path.string() +
-                                     " does not exist (add a data.generate block to create it)"));
-    auto generated = generate_data(m);
-    if (!generated) return fail(generated.err());
-  } else if (m.generate) {
-    std::printf("data %s exists; not generating it again\n", m.data.path.c_str());
+  // A cluster without workers is a store that clients train through (the
+  // gateway): no data to read.
+  const bool store_only = m.cluster.workers.empty();
+  if (store_only) {
+    std::printf("store: no workers; clients look up and push rows through the gateway\n");
+  } else {
+    auto prepared = prepare_data(m, path, node, coordinator_here);
+    if (!prepared) return fail(prepared.err());
   }
-  auto split = deploy::resolve_data_split(m);
-  if (!split) return fail(split.err());
-  uint64_t train = 0;
-  for (const auto& w : m.cluster.workers) train += w.data.limit;
-  if (m.cluster.heldout.path.empty())
-    std::printf("data: %llu training examples, no held-out window\n",
-                static_cast<unsigned long long>(train));
-  else
-    std::printf("data: %llu training examples, held-out window from example %llu%s\n",
-                static_cast<unsigned long long>(train),
-                static_cast<unsigned long long>(m.cluster.heldout.skip),
-                m.cluster.heldout.limit
-                    ? (" (" + std::to_string(m.cluster.heldout.limit) + " examples)").c_str()
-                    : " to the end");
   std::vector<fs::path> candidates;
   if (!resume.empty()) {
     // A checkpoint of another layout is refused before anything is cleared.
@@ -462,7 +480,7 @@ int run_node(const std::string& path, const std::string& node, const std::string
       mode_name(c.mode).c_str(), c.shards.size(),
       deploy::format_size(c.shards.front().dram.capacity_bytes).c_str(), m.ssd_path.c_str(),
       c.caches.size(), static_cast<unsigned long long>(c.caches.front().geometry.capacity_rows()),
-      c.workers.size(), c.workers.front().batch_size,
+      c.workers.size(), c.workers.empty() ? 0u : c.workers.front().batch_size,
       c.threads ? std::to_string(c.threads).c_str() : "all");
   std::fflush(stdout);
 
@@ -514,10 +532,36 @@ int run_node(const std::string& path, const std::string& node, const std::string
     std::fflush(stdout);
   };
   actors::cluster_hooks hooks;
+  // The gateway (gateway.port): clients' lookups and pushes, served by the
+  // coordinator's node from its start until training ends.
+  std::unique_ptr<serving::training_gateway> gateway_service;
+  std::unique_ptr<serving::binary_server> gateway;
+  auto start_gateway = [&](caf::actor_system& system, const actors::training_cluster& cluster) {
+    if (m.gateway.port == 0) return;
+    serving::gateway_config gc;
+    gc.table = c.table.name;
+    gc.layout = c.table.layout;
+    gc.accepts_push = c.mode == actors::training_mode::async;
+    gc.max_request_keys = m.gateway.max_request_keys;
+    gateway_service =
+        std::make_unique<serving::training_gateway>(system, cluster.coordinator, gc);
+    gateway = std::make_unique<serving::binary_server>(*gateway_service);
+    if (auto ok = gateway->start(m.gateway.bind_address, m.gateway.port); !ok) {
+      admin_failure = error(ok.err().code(), "gateway.port: " + ok.err().message());
+      gateway.reset();
+      caf::anon_send(cluster.coordinator, actors::stop_atom::value);
+      return;
+    }
+    std::printf("gateway: serving lookups%s of table '%s' on %s:%u\n",
+                gc.accepts_push ? " and pushes" : "", gc.table.c_str(),
+                m.gateway.bind_address.c_str(), static_cast<unsigned>(gateway->port()));
+    std::fflush(stdout);
+  };
   hooks.started = [&](caf::actor_system& system, const actors::training_cluster& cluster) {
     if (cluster.coordinator) {
       signals.watch(cluster.coordinator);
       start_admin(system, cluster);
+      start_gateway(system, cluster);
     }
     if (!metrics) return;
     // This node's own actors (a node of several exports only what it hosts).
@@ -542,6 +586,7 @@ int run_node(const std::string& path, const std::string& node, const std::string
   // The actors are still alive here: freeze the final values, print the
   // report, and keep serving them for the linger period.
   hooks.finished = [&](const actors::training_report& r) {
+    if (gateway) gateway->stop();
     if (metrics) {
       // A node of several exports only the tiers it hosts (the
       // coordinator's report lists every node's).
@@ -571,8 +616,12 @@ int run_node(const std::string& path, const std::string& node, const std::string
     hooks.place = [&](caf::actor_system& system) { return member->place(system); };
     hooks.join = [&](const actors::training_cluster& cluster) { return member->join(cluster); };
     hooks.serve_until_done = [&] { return member->serve_until_done(); };
-    hooks.shutdown = [&](bool ok) { member->finish(ok); };
   }
+  // While the actor system still exists: the gateway's requests use it.
+  hooks.shutdown = [&](bool ok) {
+    if (gateway) gateway->stop();
+    if (member) member->finish(ok);
+  };
   actors::progress_callback progress;
   if (coordinator_here)
     progress = [&](const actors::training_progress& p) {
@@ -584,6 +633,7 @@ int run_node(const std::string& path, const std::string& node, const std::string
   line.done();
   if (publisher) publisher->stop();  // sends what is still pending
   if (admin) admin->stop();
+  if (gateway) gateway->stop();
   if (admin_failure) return fail(*admin_failure);
   if (!report) return fail(report.err());
   if (!printed) {

@@ -427,6 +427,7 @@ struct raw_manifest {
   std::vector<std::string> cache_placement, worker_placement;
   std::vector<std::pair<std::string, YAML::Mark>> cache_placement_marks, worker_placement_marks;
   transport_settings transport;
+  gateway_settings gateway;
   admin_settings admin;
   std::string admin_token_file;
   actors::checkpoint_settings checkpoint;
@@ -534,7 +535,7 @@ void read_caches(section s, raw_manifest& r) {
 }
 
 void read_workers(section s, raw_manifest& r) {
-  s.unsigned_int("count", r.worker_count, 1, 4096);
+  s.unsigned_int("count", r.worker_count, 0, 4096);
   read_placement(s, r.worker_placement, r.worker_placement_marks);
   s.unsigned_int("batch_size", r.worker.batch_size, 1, 1u << 20);
   s.unsigned_int("prefetch_depth", r.worker.prefetch_depth, 0, 1024);
@@ -694,6 +695,13 @@ void read_placement(section& s, std::vector<std::string>& names,
   }
 }
 
+void read_gateway(section s, raw_manifest& r) {
+  s.unsigned_int("port", r.gateway.port);
+  s.text("bind_address", r.gateway.bind_address);
+  s.unsigned_int("max_request_keys", r.gateway.max_request_keys, 1, 1u << 26);
+  s.finish();
+}
+
 void read_transport(section s, raw_manifest& r) {
   s.unsigned_int("heartbeat_interval_ms", r.transport.heartbeat_interval_ms, 10, 600000);
   s.unsigned_int("heartbeat_timeout_ms", r.transport.heartbeat_timeout_ms, 100, 3600000);
@@ -764,6 +772,12 @@ void check_rules(const raw_manifest& r, diagnostics& diag) {
                   r.cache_count);
   check_placement(r.worker_placement, r.worker_placement_marks, "worker", "workers",
                   r.worker_count);
+  if (r.worker_count == 0 && r.gateway.port == 0)
+    diag.fail_at("workers.count",
+                 "0 workers (a store that clients train through) needs gateway.port, where "
+                 "their lookups and pushes arrive");
+  if (r.worker_count == 0 && r.mode != actors::training_mode::async)
+    diag.fail_at("workers.count", "0 workers needs mode: async (clients push to the shards)");
   if (r.transport.heartbeat_timeout_ms <= r.transport.heartbeat_interval_ms)
     diag.fail_at("transport.heartbeat_timeout_ms",
                  "must be longer than transport.heartbeat_interval_ms (" +
@@ -906,6 +920,7 @@ manifest build(const raw_manifest& r, const std::string& file) {
   m.nodes = r.nodes;
   m.placement = r.placement;
   m.transport = r.transport;
+  m.gateway = r.gateway;
   // Who hosts what: listed names, else dealt round-robin over the nodes.
   if (!r.nodes.empty()) {
     auto resolve = [&r](const std::vector<std::string>& listed, uint32_t count) {
@@ -1075,13 +1090,15 @@ expected<manifest> parse_manifest(std::string_view text, const std::string& file
     read_shards(top.child("shards"), r);
     read_caches(top.child("caches"), r);
     read_workers(top.child("workers"), r);
-    top.require("data");
-    read_data(top.child("data"), r);
+    // A cluster without workers (a store for clients' pushes) reads no data.
+    if (r.worker_count > 0) top.require("data");
+    if (top.has("data")) read_data(top.child("data"), r);
     read_dense(top.child("dense"), r);
     read_metrics(top.child("metrics"), r);
     read_admin(top.child("admin"), r);
     read_checkpoint(top.child("checkpoint"), r);
     read_transport(top.child("transport"), r);
+    read_gateway(top.child("gateway"), r);
     if (top.has("serving")) read_serving(top.child("serving"), r);
     if (top.has("updates")) read_updates(top.child("updates"), r);
     top.finish();

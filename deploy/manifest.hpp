@@ -77,6 +77,15 @@ struct transport_settings {
   uint64_t max_outstanding_bytes = uint64_t{64} << 20;  // per peer
 };
 
+// `gateway`: the coordinator node's endpoint for clients' own models
+// (serving/training_gateway.hpp): lookups of current rows and pushes of
+// gradients over the binary protocol. Absent (port 0): none.
+struct gateway_settings {
+  uint16_t port = 0;
+  std::string bind_address = "127.0.0.1";  // loopback unless asked otherwise
+  uint32_t max_request_keys = 1u << 20;
+};
+
 // `admin`: the coordinator node's admin API (deploy/admin_server.hpp).
 struct admin_settings {
   uint16_t port = 0;                       // 0: no admin API
@@ -150,6 +159,7 @@ struct manifest {
   // (placement lists, else dealt round-robin). Empty without nodes.
   std::vector<std::string> shard_nodes, cache_nodes, worker_nodes;
   transport_settings transport;
+  gateway_settings gateway;
   failure_policy on_failure = failure_policy::stop;
   uint32_t max_restarts = 3;  // restarts before the launcher gives up (restart policy)
   // True once the training/held-out windows are in `cluster` (after

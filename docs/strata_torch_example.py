@@ -1,14 +1,17 @@
-"""A PyTorch model whose embedding layer is backed by strata serving.
+"""A PyTorch model whose embedding layer is backed by strata.
 
-Run (with a serving node up, see docs/serving.md):
+Run against a serving node (frozen embeddings, the layers above train):
     PYTHONPATH=build/python /usr/bin/python3 docs/strata_torch_example.py 127.0.0.1:7100 ads
+or against a training cluster's gateway (manifest: gateway.port; async
+mode), where the embeddings train in strata:
+    PYTHONPATH=build/python /usr/bin/python3 docs/strata_torch_example.py --push 127.0.0.1:7300 emb
 
 StrataEmbedding looks the batch's keys up in strata in forward() (one
 binary-protocol request per batch, rows as a float32 tensor without a copy).
 backward() hands the embedding gradients to `push` when one is given
-(training-cluster pushes in async mode; the serving client has none, see
-docs/serving.md, "Not done"); without it the strata rows act as frozen
-features and the layers above them train, as below.
+(client.push: the cluster's shards apply them with the table's optimizer,
+summed over duplicate keys, before the call returns); without it the strata
+rows act as frozen features.
 """
 import sys
 
@@ -83,8 +86,33 @@ def train(replica, table, keys, steps=30, seed=0):
     return losses
 
 
+def train_embeddings(gateway, table, keys, steps=40, seed=0):
+    """Trains only the strata rows, through a gateway: logit = sum of the key's row.
+
+    Labels are random per key, so the loss can only fall if every step's
+    gradients reach strata (push) and the next lookup sees the updated rows.
+    Returns the losses.
+    """
+    rng = np.random.default_rng(seed)
+    client = strata_client.Client([gateway])
+    embedding = StrataEmbedding(client, table, push=client.push)
+    labels = torch.from_numpy(rng.integers(0, 2, size=len(keys)).astype(np.float32))
+    loss_fn = nn.BCEWithLogitsLoss(reduction="sum")
+    losses = []
+    for _ in range(steps):
+        logits = embedding(keys).sum(dim=1)
+        loss = loss_fn(logits, labels)
+        loss.backward()  # pushes d(loss)/d(rows) to strata
+        losses.append(float(loss) / len(keys))
+    return losses
+
+
 if __name__ == "__main__":
-    replica, table = sys.argv[1], sys.argv[2]
-    keys = np.array([int(k) for k in sys.argv[3:]] or list(range(1000, 1100)), dtype=np.uint64)
-    losses = train(replica, table, keys)
+    args = sys.argv[1:]
+    push = bool(args) and args[0] == "--push"
+    if push:
+        args = args[1:]
+    replica, table = args[0], args[1]
+    keys = np.array([int(k) for k in args[2:]] or list(range(1000, 1100)), dtype=np.uint64)
+    losses = train_embeddings(replica, table, keys) if push else train(replica, table, keys)
     print("loss: first %.4f last %.4f" % (losses[0], losses[-1]))

@@ -14,7 +14,7 @@ namespace asio = boost::asio;
 using asio::ip::tcp;
 
 struct binary_server::impl {
-  serving_service& service;
+  lookup_service& service;
   asio::io_context io;
   tcp::acceptor acceptor{io};
   uint16_t port = 0;
@@ -41,7 +41,7 @@ struct binary_server::impl {
   std::list<connection> connections;
   bool stopping = false;
 
-  explicit impl(serving_service& s) : service(s) {}
+  explicit impl(lookup_service& s) : service(s) {}
 
   static void send_error(wire::frame_socket& socket, uint64_t request, const error& e) {
     std::vector<std::byte> payload;
@@ -112,6 +112,19 @@ struct binary_server::impl {
           if (!socket->send(wire::frame_type::ack, id, out)) return;
           break;
         }
+        case wire::frame_type::push: {
+          auto req = wire::decode_push(frame->payload);
+          status ok = req ? service.push(req->table, req->dim, req->keys, req->grads)
+                          : status(req.err());
+          if (!ok) {
+            send_error(*socket, id, ok.err());
+            break;
+          }
+          out.clear();
+          wire::writer(out).u32(static_cast<uint32_t>(req->keys.size()));
+          if (!socket->send(wire::frame_type::ack, id, out)) return;
+          break;
+        }
         default:
           send_error(*socket, id,
                      error(errc::invalid_argument, "frame type " +
@@ -148,7 +161,7 @@ struct binary_server::impl {
   }
 };
 
-binary_server::binary_server(serving_service& service) : impl_(std::make_unique<impl>(service)) {}
+binary_server::binary_server(lookup_service& service) : impl_(std::make_unique<impl>(service)) {}
 binary_server::~binary_server() { stop(); }
 
 status binary_server::start(const std::string& bind_address, uint16_t port) {

@@ -1,6 +1,7 @@
-// The binary lookup server of a serving node: frames (client/wire.hpp) over
-// TCP, one thread per connection. Answers lookup with rows, prefetch with
-// ack, updates (a publisher pushing directly) with ack, anything else and
+// The binary lookup server of a serving node or a training gateway: frames
+// (client/wire.hpp) over TCP, one thread per connection. Answers lookup
+// with rows, prefetch with ack, updates (a publisher pushing directly) and
+// push (gradients, a training gateway) with ack, anything else and
 // every failure with an error frame naming the problem; a frame that fails
 // its header or checksum check closes the connection (the stream cannot be
 // resynchronized).
@@ -21,7 +22,7 @@ namespace strata::serving {
 
 class binary_server {
  public:
-  explicit binary_server(serving_service& service);
+  explicit binary_server(lookup_service& service);
   ~binary_server();
   status start(const std::string& bind_address, uint16_t port);
   uint16_t port() const;

@@ -2,6 +2,20 @@
 
 namespace strata::serving {
 
+status lookup_service::apply_updates(const std::string& table, std::span<const uint64_t>,
+                                     std::span<const float>, std::span<const uint64_t>) {
+  return error(errc::invalid_argument,
+               "updates for table '" + table + "': this endpoint takes no update stream");
+}
+
+status lookup_service::push(const std::string& table, uint32_t, std::span<const uint64_t>,
+                            std::span<const float>) {
+  return error(errc::invalid_argument,
+               "push to table '" + table +
+                   "': a serving node takes no gradients; push to a training cluster's gateway "
+                   "(manifest: gateway.port, async mode)");
+}
+
 void serving_service::add_table(std::unique_ptr<serving_store> store) {
   std::lock_guard lock(mutex_);
   const std::string name = store->table();

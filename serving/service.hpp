@@ -22,18 +22,39 @@ struct service_limits {
   uint32_t max_request_keys = 1u << 20;
 };
 
-class serving_service {
+// What the binary server (serving/binary_server.hpp) answers requests
+// with: a serving node's tables (serving_service), or a training cluster's
+// shards (serving/training_gateway.hpp). Implementations are thread-safe.
+class lookup_service {
+ public:
+  virtual ~lookup_service() = default;
+  virtual status lookup(const std::string& table, std::span<const uint64_t> keys,
+                        lookup_result& out) = 0;
+  virtual status prefetch(const std::string& table, std::span<const uint64_t> keys) = 0;
+  // Runs work deferred until the reply was sent.
+  virtual void finish_request() {}
+  // Rows streamed by a training cluster (serving nodes).
+  virtual status apply_updates(const std::string& table, std::span<const uint64_t> keys,
+                               std::span<const float> weights,
+                               std::span<const uint64_t> versions);
+  // Gradients, n x dim, for the keys' rows (training gateways, async mode).
+  virtual status push(const std::string& table, uint32_t dim, std::span<const uint64_t> keys,
+                      std::span<const float> grads);
+};
+
+class serving_service : public lookup_service {
  public:
   explicit serving_service(service_limits limits) : limits_(limits) {}
   void add_table(std::unique_ptr<serving_store> store);
 
   // Errors: not_found (unknown table), capacity_exceeded (too many keys).
-  status lookup(const std::string& table, std::span<const uint64_t> keys, lookup_result& out);
-  status prefetch(const std::string& table, std::span<const uint64_t> keys);
+  status lookup(const std::string& table, std::span<const uint64_t> keys,
+                lookup_result& out) override;
+  status prefetch(const std::string& table, std::span<const uint64_t> keys) override;
   // Runs queued asynchronous cache inserts (call after sending a reply).
-  void finish_request();
+  void finish_request() override;
   status apply_updates(const std::string& table, std::span<const uint64_t> keys,
-                       std::span<const float> weights, std::span<const uint64_t> versions);
+                       std::span<const float> weights, std::span<const uint64_t> versions) override;
   expected<uint32_t> dim_of(const std::string& table);
   // Copies of the tables' stats.
   std::map<std::string, serving_stats> stats();

@@ -5,6 +5,7 @@
 //   rows = c.lookup("ads", np.array([1, 2, 3], dtype=np.uint64))  # (3, dim) float32
 //   rows, versions = c.lookup_with_versions("ads", keys)
 //   c.prefetch("ads", keys)
+//   c.push("ads", keys, grads)   # (len(keys), dim) float32, to a training gateway
 //
 // Keys are taken as a contiguous uint64 array without a copy (other
 // integer arrays are converted once). The returned float32 array owns the
@@ -24,6 +25,7 @@ using strata::client::serving_client;
 namespace {
 
 using key_array = py::array_t<uint64_t, py::array::c_style | py::array::forcecast>;
+using grad_array = py::array_t<float, py::array::c_style | py::array::forcecast>;
 
 [[noreturn]] void raise(const strata::error& e) {
   if (e.code() == strata::errc::unavailable) throw std::runtime_error("strata: " + e.message());
@@ -97,6 +99,24 @@ PYBIND11_MODULE(strata_client, m) {
             if (!ok) raise(ok.err());
           },
           py::arg("table"), py::arg("keys"), "Ask the serving node to bring keys into its cache")
+      .def(
+          "push",
+          [](serving_client& c, const std::string& table, const key_array& keys,
+             const grad_array& grads) {
+            const auto k = keys_of(keys);
+            if (grads.ndim() != 2 || static_cast<size_t>(grads.shape(0)) != k.size())
+              throw std::invalid_argument(
+                  "strata: grads must be a (len(keys), dim) array, one row per key");
+            strata::status ok;
+            {
+              py::gil_scoped_release unlocked;
+              ok = c.push(table, k, {grads.data(), static_cast<size_t>(grads.size())});
+            }
+            if (!ok) raise(ok.err());
+          },
+          py::arg("table"), py::arg("keys"), py::arg("grads"),
+          "Apply gradients (len(keys), dim) float32 to the keys' rows on a training cluster's "
+          "gateway (async mode); returns once applied. Not retried after a lost connection")
       .def_property_readonly("replica", &serving_client::current_replica)
       .def_property_readonly("failovers", &serving_client::failovers);
 }

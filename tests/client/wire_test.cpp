@@ -105,6 +105,27 @@ TEST(Wire, FlippedPayloadBitFailsTheChecksum) {
   EXPECT_NE(ok.err().message().find("CRC32C"), std::string::npos);
 }
 
+TEST(Wire, PushRoundTripAndDamageIsRejected) {
+  const std::vector<uint64_t> keys = {5, 6};
+  const std::vector<float> grads = {0.5f, -1.0f, 2.0f, 0.25f};
+  std::vector<std::byte> payload;
+  encode_push(payload, "ads", 2, keys, grads);
+  auto bytes = frame_of(frame_type::push, payload);
+  auto h = header_of(bytes);
+  ASSERT_TRUE(h.has_value());
+  EXPECT_EQ(h->type, frame_type::push);
+  auto p = decode_push(payload);
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->table, "ads");
+  EXPECT_EQ(p->dim, 2u);
+  EXPECT_EQ(p->keys, keys);
+  EXPECT_EQ(p->grads, grads);
+  // Fewer gradients than n x dim: refused naming the field.
+  auto cut = decode_push(std::span<const std::byte>(payload).first(payload.size() - 4));
+  ASSERT_FALSE(cut.has_value());
+  EXPECT_NE(cut.err().message().find("'grads'"), std::string::npos) << cut.err().message();
+}
+
 TEST(Wire, TruncatedOrOverlongPayloadsAreRejected) {
   std::vector<std::byte> payload;
   encode(payload, key_request{"ads", {1, 2, 3}});

@@ -59,6 +59,7 @@ struct cluster_spec {
   bool count = false;  // count objective (exact sums) instead of the CTR model
   bool pass = false;
   uint64_t rows = 40000;
+  uint32_t epochs = 1;
   uint32_t shards = 3, caches = 3, workers = 3;
 };
 
@@ -89,7 +90,8 @@ fs::path write_manifest(const fs::path& d, const cluster_spec& spec) {
     << (d / (spec.name + "-state")).string() << "\n  map_bytes: 256MiB\n"
     << "  flush_batch_rows: 512\n"
     << "caches:\n  count: " << spec.caches << "\n  sets: 16\n"
-    << "workers:\n  count: " << spec.workers << "\n  batch_size: 64\n"
+    << "workers:\n  count: " << spec.workers << "\n  batch_size: 64\n  epochs: " << spec.epochs
+    << "\n"
     << "data:\n  path: " << (d / "data.tsv").string()
     << "\n  heldout_fraction: " << (spec.count ? "0" : "0.1") << "\n"
     << "  generate:\n    rows: " << spec.rows << "\n    distinct_keys: 20000\n    seed: 11\n"
@@ -212,7 +214,7 @@ TEST(MultiNode, KilledNodeStopsTheClusterNamingIt) {
   temp_dir dir;
   cluster_spec spec;
   spec.name = "kill";
-  spec.rows = 400000;  // long enough to be killed mid-training
+  spec.epochs = 200;  // minutes of training: it is killed long before the end
   const auto manifest = write_manifest(dir.path(), spec);
   strata_process p({"launch", manifest.string()}, dir.path() / "out.txt", dir.path() / "err.txt");
   std::optional<pid_t> victim;

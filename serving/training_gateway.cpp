@@ -1,0 +1,161 @@
+#include "serving/training_gateway.hpp"
+
+#include <algorithm>
+#include <optional>
+
+#include "actors/error.hpp"
+
+namespace strata::serving {
+namespace {
+
+error from_caf(caf::actor_system& system, const caf::error& err, const std::string& what) {
+  return error(errc::unavailable, what + ": " + system.render(err));
+}
+
+}  // namespace
+
+training_gateway::training_gateway(caf::actor_system& system,
+                                   actors::coordinator_actor coordinator, gateway_config config)
+    : system_(system), coordinator_(std::move(coordinator)), config_(std::move(config)) {}
+
+status training_gateway::check(const std::string& table, size_t keys) const {
+  if (table != config_.table)
+    return error(errc::not_found,
+                 "unknown table '" + table + "' (this cluster trains '" + config_.table + "')");
+  if (keys > config_.max_request_keys)
+    return error(errc::capacity_exceeded, "request of " + std::to_string(keys) +
+                                              " keys exceeds the limit of " +
+                                              std::to_string(config_.max_request_keys));
+  return {};
+}
+
+expected<training_gateway::routing> training_gateway::current_routing(caf::scoped_actor& self) {
+  {
+    std::lock_guard lock(mutex_);
+    if (routing_ && std::chrono::steady_clock::now() - refreshed_ < config_.routing_refresh)
+      return *routing_;
+  }
+  std::optional<error> failure;
+  routing fresh;
+  self->request(coordinator_, config_.timeout, actors::map_atom::value)
+      .receive(
+          [&](actors::cluster_status& st) {
+            const auto shards = static_cast<uint32_t>(st.routing.shards.size());
+            fresh.map = actors::partition_map(st.routing.epoch, std::move(st.routing.owners), shards);
+            for (const auto& s : st.routing.shards)
+              fresh.shards.push_back(caf::actor_cast<actors::shard_actor>(s));
+          },
+          [&](caf::error& e) { failure = from_caf(system_, e, "gateway: the partition map"); });
+  if (failure) return *failure;
+  std::lock_guard lock(mutex_);
+  routing_ = fresh;
+  refreshed_ = std::chrono::steady_clock::now();
+  return fresh;
+}
+
+status training_gateway::lookup(const std::string& table, std::span<const uint64_t> keys,
+                                lookup_result& out) {
+  if (auto ok = check(table, keys.size()); !ok) return ok;
+  const uint32_t dim = config_.layout.dim;
+  const size_t record_bytes = config_.layout.record_bytes();
+  out.dim = dim;
+  out.weights.assign(keys.size() * dim, 0.0f);
+  out.versions.assign(keys.size(), 0);
+  if (keys.empty()) return {};
+  caf::scoped_actor self{system_};
+  auto r = current_routing(self);
+  if (!r) return r.err();
+  const std::vector<uint64_t> all(keys.begin(), keys.end());
+  const auto groups = r->map.group(all);
+  std::optional<error> failure;
+  for (size_t s = 0; s < groups.size(); ++s) {
+    if (groups[s].empty()) continue;
+    std::vector<uint64_t> shard_keys;
+    shard_keys.reserve(groups[s].size());
+    for (uint32_t pos : groups[s]) shard_keys.push_back(all[pos]);
+    self->request(r->shards[s], config_.timeout, actors::pull_atom::value, std::move(shard_keys))
+        .receive(
+        [&](actors::pull_reply& reply) {
+          if (reply.rows.records.size() != groups[s].size() * record_bytes) {
+            failure = error(errc::corrupt_data, "gateway: shard " + std::to_string(s) +
+                                                    "'s reply does not match the request");
+            return;
+          }
+          const auto* records = reinterpret_cast<const std::byte*>(reply.rows.records.data());
+          for (size_t j = 0; j < groups[s].size(); ++j) {
+            const std::byte* rec = records + j * record_bytes;
+            const size_t at = groups[s][j];
+            std::copy(weights_of(rec), weights_of(rec) + dim, out.weights.data() + at * dim);
+            out.versions[at] = meta_of(rec).version;
+          }
+        },
+        [&](caf::error& e) {
+          failure = from_caf(system_, e, "gateway: pull from shard " + std::to_string(s));
+        });
+    if (failure) return *failure;
+  }
+  return {};
+}
+
+status training_gateway::prefetch(const std::string& table, std::span<const uint64_t> keys) {
+  if (auto ok = check(table, keys.size()); !ok) return ok;
+  if (keys.empty()) return {};
+  caf::scoped_actor self{system_};
+  auto r = current_routing(self);
+  if (!r) return r.err();
+  const std::vector<uint64_t> all(keys.begin(), keys.end());
+  const auto groups = r->map.group(all);
+  for (size_t s = 0; s < groups.size(); ++s) {
+    if (groups[s].empty()) continue;
+    std::vector<uint64_t> shard_keys;
+    for (uint32_t pos : groups[s]) shard_keys.push_back(all[pos]);
+    self->send(r->shards[s], actors::prefetch_atom::value, std::move(shard_keys));
+  }
+  return {};
+}
+
+status training_gateway::push(const std::string& table, uint32_t dim,
+                              std::span<const uint64_t> keys, std::span<const float> grads) {
+  if (auto ok = check(table, keys.size()); !ok) return ok;
+  if (!config_.accepts_push)
+    return error(errc::invalid_argument,
+                 "push to table '" + table +
+                     "': this cluster trains in pass mode, where the cache tiers own the rows "
+                     "during a pass; client pushes need mode: async");
+  if (dim != config_.layout.dim)
+    return error(errc::invalid_argument, "push to table '" + table + "': rows of dim " +
+                                             std::to_string(dim) + ", the table's dim is " +
+                                             std::to_string(config_.layout.dim));
+  if (grads.size() != keys.size() * size_t{dim})
+    return error(errc::invalid_argument, "push to table '" + table + "': " +
+                                             std::to_string(grads.size()) + " gradients for " +
+                                             std::to_string(keys.size()) + " keys of dim " +
+                                             std::to_string(dim));
+  if (keys.empty()) return {};
+  caf::scoped_actor self{system_};
+  auto r = current_routing(self);
+  if (!r) return r.err();
+  const std::vector<uint64_t> all(keys.begin(), keys.end());
+  const auto groups = r->map.group(all);
+  std::optional<error> failure;
+  for (size_t s = 0; s < groups.size(); ++s) {
+    if (groups[s].empty()) continue;
+    actors::push_request req;
+    req.keys.reserve(groups[s].size());
+    req.grads.reserve(groups[s].size() * dim);
+    for (uint32_t pos : groups[s]) {
+      req.keys.push_back(all[pos]);
+      req.grads.insert(req.grads.end(), grads.begin() + size_t{pos} * dim,
+                       grads.begin() + size_t{pos + 1} * dim);
+    }
+    self->request(r->shards[s], config_.timeout, actors::push_atom::value, std::move(req))
+        .receive([](actors::push_reply&) {},
+                 [&](caf::error& e) {
+                   failure = from_caf(system_, e, "gateway: push to shard " + std::to_string(s));
+                 });
+    if (failure) return *failure;
+  }
+  return {};
+}
+
+}  // namespace strata::serving
