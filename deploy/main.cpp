@@ -1,4 +1,6 @@
 // `strata`: one binary, one subcommand per verb (ARCHITECTURE.md, Deployment).
+#include <malloc.h>
+
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
@@ -6,6 +8,13 @@
 #include "deploy/version.hpp"
 
 int main(int argc, char** argv) {
+  // Frames, pull replies and flush batches are buffers of a few MiB,
+  // allocated and freed at a high rate. glibc's defaults return them to the
+  // kernel (mmap per buffer, heap trimming), so every new one page-faults
+  // its pages back in: measured as the largest cost of a transport frame
+  // after the copy itself. Keep them in the heap (docs/transport.md).
+  mallopt(M_MMAP_THRESHOLD, 64 << 20);
+  mallopt(M_TRIM_THRESHOLD, 512 << 20);
   CLI::App app{
       "strata: a hierarchical (HBM -> DRAM -> SSD) parameter server for sparse embeddings"};
   app.require_subcommand(1);

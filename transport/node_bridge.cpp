@@ -504,7 +504,7 @@ struct node_bridge::impl {
     impl* owner;
     uint32_t peer;
     frame_header header;
-    std::vector<std::byte> payload;
+    payload_bytes payload;
   };
 
   static void on_rndv_done(void* request, ucs_status_t status, size_t, void* user_data) {
@@ -575,12 +575,11 @@ struct node_bridge::impl {
       }
       return;
     }
-    std::vector<std::byte> payload(static_cast<std::byte*>(data),
-                                   static_cast<std::byte*>(data) + length);
+    payload_bytes payload(static_cast<std::byte*>(data), static_cast<std::byte*>(data) + length);
     complete(*peer, *h, std::move(payload));
   }
 
-  void complete(peer_state& peer, const frame_header& h, std::vector<std::byte> payload) {
+  void complete(peer_state& peer, const frame_header& h, payload_bytes payload) {
     if (peer.down) return;
     if (auto s = check_payload(h, payload); !s) return reject(&peer, s.err().message());
     peer.last_heard = clock::now();

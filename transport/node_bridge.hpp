@@ -37,6 +37,8 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <new>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -75,11 +77,33 @@ struct bridge_config {
   std::function<void(frame_header&, std::vector<std::byte>& payload)> outgoing_fault;
 };
 
+// Bytes whose resize does not zero them: UCX writes a received payload
+// straight into it (a rendezvous frame of megabytes is not memset first).
+template <class T>
+struct uninitialized_allocator : std::allocator<T> {
+  template <class U>
+  struct rebind {
+    using other = uninitialized_allocator<U>;
+  };
+  uninitialized_allocator() = default;
+  template <class U>
+  uninitialized_allocator(const uninitialized_allocator<U>&) noexcept {}
+  template <class U>
+  void construct(U* p) noexcept {
+    ::new (static_cast<void*>(p)) U;  // default-initialized: no zeroing
+  }
+  template <class U, class... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
+};
+using payload_bytes = std::vector<std::byte, uninitialized_allocator<std::byte>>;
+
 // A delivered frame: the peer's name, the validated header, the payload.
 struct inbound_frame {
   std::string peer;
   frame_header header;
-  std::vector<std::byte> payload;
+  payload_bytes payload;
 };
 
 // What UCX can send from, asked at start-up (ucp_context_query).

@@ -500,7 +500,7 @@ void node_transport::dispatch(inbound_frame frame) {
   if (echo) {
     if (frame.header.type == frame_type::echo) {
       bridge_->reply(frame.peer, frame.header.request_id, frame_type::reply,
-                     std::move(frame.payload));
+                     std::vector<std::byte>(frame.payload.begin(), frame.payload.end()));
     } else if (frame.header.type != frame_type::sink) {
       unsupported(*bridge_, frame, "echo target");
     }
