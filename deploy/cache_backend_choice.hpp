@@ -14,4 +14,9 @@ namespace strata::cli {
 // the manifest field.
 status apply_cache_backend(deploy::manifest& m);
 
+// The GPU backend's factory (staging sets sized for `batch` keys), or why
+// it is unavailable here, prefixed with `field` (the manifest field that
+// asked for it).
+expected<actors::cache_backend_factory> gpu_cache_factory(const std::string& field, size_t batch);
+
 }  // namespace strata::cli

@@ -8,8 +8,10 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 
 #include "actors/checkpoint.hpp"
+#include "deploy/cache_backend_choice.hpp"
 #include "deploy/commands.hpp"
 #include "deploy/manifest.hpp"
 #include "serving/binary_server.hpp"
@@ -53,9 +55,14 @@ int serve(const std::string& path, const std::string& port_file) {
   if (!m) return fail(m.err().message());
   const deploy::serving_settings& s = m->serving;
   if (!s.present) return fail(path + ": no serving section");
-  if (s.cache_backend != "cpu")
-    return fail(path + ": serving.cache_backend: '" + s.cache_backend +
-                "' is not available to strata serve in this build (use cpu)");
+  // The serving cache in HBM (gpu): the CUDA backend behind pinned staging,
+  // sized for the largest lookup; refused with the reason where unusable.
+  std::optional<actors::cache_backend_factory> gpu_factory;
+  if (s.cache_backend == "gpu") {
+    auto f = gpu_cache_factory(path + ": serving.cache_backend: gpu", 16384);
+    if (!f) return fail(f.err().message());
+    gpu_factory = std::move(*f);
+  }
   auto checkpoint = resolve_checkpoint(
       s.checkpoint.empty() ? m->cluster.checkpoint.directory : s.checkpoint, path);
   if (!checkpoint) return fail(checkpoint.err().message());
@@ -72,8 +79,16 @@ int serve(const std::string& path, const std::string& port_file) {
   sc.hit_rate_window = s.hit_rate_window;
   sc.warmup_keys = s.warmup_keys;
   const row_layout layout{sc.dim, optimizer_kind::sgd, false};
-  auto store = serving::serving_store::open(
-      sc, std::make_unique<cpu_cache>(layout, cache_geometry{s.cache_sets, s.cache_slabs_per_set}));
+  const cache_geometry geometry{s.cache_sets, s.cache_slabs_per_set};
+  std::unique_ptr<cache_backend> cache;
+  if (gpu_factory) {
+    auto made = (*gpu_factory)(layout, geometry);
+    if (!made) return fail(path + ": serving.cache_backend: gpu: " + made.err().message());
+    cache = std::move(*made);
+  } else {
+    cache = std::make_unique<cpu_cache>(layout, geometry);
+  }
+  auto store = serving::serving_store::open(sc, std::move(cache));
   if (!store) return fail(store.err().message());
   if (auto ok = (*store)->load_checkpoint(*checkpoint); !ok) return fail(ok.err().message());
   const auto loaded = (*store)->stats();

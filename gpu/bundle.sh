@@ -11,7 +11,7 @@ build=${1:-build-gpu}
 out="$build/carry"
 rm -rf "$out"
 mkdir -p "$out/tests" "$out/lib"
-for rel in strata tests/gpu_host_test tests/cuda_cache_test; do
+for rel in strata tests/gpu_host_test tests/cuda_cache_test tests/serving_store_test; do
   bin="$build/$rel"
   [[ -x "$bin" ]] || { echo "bundle: $bin is missing; build with nvcc present first" >&2; exit 1; }
   strip -o "$out/$rel" "$bin"

@@ -16,7 +16,7 @@ export LD_LIBRARY_PATH="$build/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 exec > >(tee "$report") 2>&1
   echo "# strata gpu check $(date -u +%FT%TZ)"
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | head -2
-  for t in gpu_host_test cuda_cache_test; do
+  for t in gpu_host_test cuda_cache_test serving_store_test; do
     echo "## $t"
     if timeout 120 "$build/tests/$t" --gtest_brief=1 >"$report.$t.log" 2>&1; then
       echo "ok"; tail -3 "$report.$t.log"

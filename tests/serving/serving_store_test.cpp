@@ -7,11 +7,16 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <random>
 
 #include "tests/serving/serving_test_util.hpp"
 #include "tests/tiers/test_util.hpp"
 #include "tiers/cpu_cache.hpp"
+#if STRATA_TEST_GPU
+#include "gpu/device_memory.hpp"
+#include "gpu/staged_cache.hpp"
+#endif
 
 namespace strata::serving {
 namespace {
@@ -25,8 +30,10 @@ struct fixture {
   checkpoint_rows rows;
   std::unique_ptr<serving_store> store;
 
+  using cache_maker = std::function<std::unique_ptr<cache_backend>(const row_layout&,
+                                                                   const cache_geometry&)>;
   explicit fixture(serving_store_config config = {}, uint32_t cache_sets = 4,
-                   uint32_t rows_n = 600) {
+                   uint32_t rows_n = 600, cache_maker make_cache = {}) {
     rows = testing::write_test_checkpoint(dir.path() / "ckpt-000000000001", "ads", dim, rows_n, 2);
     config.table = "ads";
     config.dim = dim;
@@ -35,9 +42,11 @@ struct fixture {
     if (config.dram_bytes == serving_store_config{}.dram_bytes)
       config.dram_bytes =
           dram_tier::budget_for_rows({dim, optimizer_kind::sgd, false}, eviction_policy::lru, 100);
-    auto opened = serving_store::open(
-        config, std::make_unique<cpu_cache>(row_layout{dim, optimizer_kind::sgd, false},
-                                            cache_geometry{cache_sets, 1}));
+    const row_layout layout{dim, optimizer_kind::sgd, false};
+    const cache_geometry geometry{cache_sets, 1};
+    auto opened = serving_store::open(config, make_cache
+                                                  ? make_cache(layout, geometry)
+                                                  : std::make_unique<cpu_cache>(layout, geometry));
     EXPECT_TRUE(opened.has_value()) << (opened ? "" : opened.err().to_string());
     store = std::move(*opened);
     auto loaded = store->load_checkpoint(dir.path() / "ckpt-000000000001");
@@ -110,6 +119,36 @@ TEST(ServingStore, BatchesOf0_1_16_1024Keys) {
     ASSERT_TRUE(f.store->lookup(keys, r).has_value()) << n << " keys";
     f.expect_rows(keys, r, 0.0f);
   }
+}
+
+// serving.cache_backend: gpu: the CUDA cache behind pinned staging serves
+// the same rows bit for bit (through evictions, repeats, every batch size).
+// On a device only (gpu/check.sh runs it there); skipped elsewhere.
+TEST(ServingStore, GpuCacheServesTheCheckpointRowsBitForBit) {
+#if STRATA_TEST_GPU
+  if (const auto why = gpu::unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
+  fixture f({}, 4, 600, [](const row_layout& layout, const cache_geometry& geometry) {
+    auto made = gpu::staged_cache::create(layout, geometry, 1024);
+    EXPECT_TRUE(made.has_value()) << (made ? "" : made.err().to_string());
+    return std::unique_ptr<cache_backend>(made ? std::move(*made) : nullptr);
+  });
+  lookup_result r;
+  for (int pass = 0; pass < 2; ++pass) {
+    ASSERT_TRUE(f.store->lookup(f.rows.keys, r).has_value());
+    f.expect_rows(f.rows.keys, r, 0.0f);
+    ASSERT_TRUE(f.store->insert_pending().has_value());
+  }
+  EXPECT_GT(f.store->stats().cache_hits, 0u);
+  std::mt19937_64 rng(9);
+  for (size_t n : {0, 1, 16, 1024}) {
+    std::vector<uint64_t> keys(n);
+    for (auto& k : keys) k = rng() % 8 == 0 ? rng() : f.rows.keys[rng() % f.rows.keys.size()];
+    ASSERT_TRUE(f.store->lookup(keys, r).has_value()) << n << " keys";
+    f.expect_rows(keys, r, 0.0f);
+  }
+#else
+  GTEST_SKIP() << "built without CUDA";
+#endif
 }
 
 TEST(ServingStore, LowHitRateInsertsSynchronouslyHighHitRateAsynchronously) {
