@@ -167,6 +167,10 @@ struct node_bridge::impl {
 
   status init() {
     ucp_config_t* ucp_config = nullptr;
+    // A node restarted on its fixed port must not wait a minute for the
+    // previous run's connections to leave TIME_WAIT: let the TCP connection
+    // manager's listener reuse the address (unless the user chose).
+    ::setenv("UCX_TCP_CM_REUSEADDR", "y", /*overwrite=*/0);
     if (auto s = ucp_config_read(nullptr, nullptr, &ucp_config); s != UCS_OK) {
       return error(errc::unavailable, std::string("UCX config: ") + ucs_status_string(s));
     }

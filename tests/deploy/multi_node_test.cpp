@@ -250,9 +250,8 @@ TEST(MultiNode, KilledNodeStopsTheClusterNamingIt) {
 // Policy restart: node n1 is killed after a checkpoint; the launcher
 // restarts every node from the latest complete checkpoint (each node
 // restores the shards it hosts), and training ends with every key's exact
-// total: nothing lost, nothing applied twice. (About a minute: the
-// restarted nodes wait for their fixed ports' TIME_WAIT connections to
-// clear; docs/multi-node.md.)
+// total: nothing lost, nothing applied twice. The restarted nodes reuse
+// their fixed ports at once (docs/multi-node.md, Failures).
 TEST(MultiNode, KilledNodeRestartsTheClusterFromACheckpointWithExactSums) {
   temp_dir dir;
   cluster_spec spec;
