@@ -2,6 +2,8 @@
 
 #include "actors/coordinator_actor.hpp"
 
+#include <arpa/inet.h>
+
 #include <caf/all.hpp>
 #include <chrono>
 #include <cstdio>
@@ -104,7 +106,11 @@ expected<actors::cluster_placement> node_membership::place(caf::actor_system& sy
   deadline_ = clock_type::now() + std::chrono::seconds(ts.join_timeout_seconds);
   transport::bridge_config bc;
   bc.node_name = me_;
-  bc.listen_address = self.host;
+  // A node named by an IPv4 address listens on it; one named by a host
+  // name (a Kubernetes service, DNS) listens on every interface, and its
+  // peers resolve the name.
+  in_addr literal{};
+  bc.listen_address = ::inet_pton(AF_INET, self.host.c_str(), &literal) == 1 ? self.host : "0.0.0.0";
   bc.listen_port = self.transport_port;
   bc.heartbeat_interval = std::chrono::milliseconds(ts.heartbeat_interval_ms);
   bc.heartbeat_timeout = std::chrono::milliseconds(ts.heartbeat_timeout_ms);
@@ -120,8 +126,8 @@ expected<actors::cluster_placement> node_membership::place(caf::actor_system& sy
                                            started.err().message());
   transport_ = std::move(*started);
   auto& bridge = transport_->bridge();
-  std::printf("transport: node %s listening on %s:%u (UCX)\n", me_.c_str(), self.host.c_str(),
-              static_cast<unsigned>(bridge.port()));
+  std::printf("transport: node %s listening on %s:%u (UCX)\n", me_.c_str(),
+              bc.listen_address.c_str(), static_cast<unsigned>(bridge.port()));
   std::fflush(stdout);
 
   // Nodes listed before this one are dialled (they may still be starting);

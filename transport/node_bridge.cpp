@@ -1,6 +1,7 @@
 #include "transport/node_bridge.hpp"
 
 #include <arpa/inet.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/eventfd.h>
@@ -1009,7 +1010,24 @@ memory_support node_bridge::memory() const { return impl_->memory; }
 expected<std::string> node_bridge::connect(const std::string& host, uint16_t port,
                                            std::chrono::milliseconds timeout) {
   auto op = std::make_shared<connect_op>();
+  // A host name (a Kubernetes service, a cluster's DNS) resolves to its
+  // first IPv4 address here, on the caller's thread (the lookup may block).
   op->host = host;
+  in_addr literal{};
+  if (::inet_pton(AF_INET, host.c_str(), &literal) != 1) {
+    addrinfo hints{};
+    hints.ai_family = AF_INET;
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* found = nullptr;
+    if (const int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &found); rc != 0 || !found)
+      return error(errc::unavailable,
+                   "cannot resolve '" + host + "' to an IPv4 address: " + ::gai_strerror(rc));
+    char text[INET_ADDRSTRLEN] = {};
+    ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(found->ai_addr)->sin_addr, text,
+                sizeof text);
+    ::freeaddrinfo(found);
+    op->host = text;
+  }
   op->port = port;
   std::unique_lock lock(impl_->mu_);
   if (impl_->stopping_) return error(errc::unavailable, "node '" + name() + "' is stopping");

@@ -197,5 +197,25 @@ TEST(NodeBridge, UnknownPeersAndUnreachableListenersAreErrors) {
       << c.err().to_string();
 }
 
+// Peers named by host name (Kubernetes services, DNS) are resolved; a
+// name that does not resolve is an error naming it.
+TEST(NodeBridge, HostNamesResolveAndUnknownNamesAreNamed) {
+  ::setenv("UCX_NET_DEVICES", "lo", 0);
+  bridge_config ca, cb;
+  ca.node_name = "a";
+  cb.node_name = "b";
+  cb.listen_address = "0.0.0.0";
+  auto a = node_bridge::start(ca, [](inbound_frame) {});
+  auto b = node_bridge::start(cb, [](inbound_frame) {});
+  ASSERT_TRUE(a && b);
+  auto peer = (*a)->connect("localhost", (*b)->port(), 30s);
+  ASSERT_TRUE(peer) << peer.err().to_string();
+  EXPECT_EQ(*peer, "b");
+  auto bad = (*a)->connect("no-such-host.invalid", (*b)->port(), 5s);
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.err().message().find("cannot resolve 'no-such-host.invalid'"), std::string::npos)
+      << bad.err().to_string();
+}
+
 }  // namespace
 }  // namespace strata::transport
