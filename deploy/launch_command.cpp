@@ -456,7 +456,27 @@ int run_node(const std::string& path, const std::string& node, const std::string
 
   // Online updates: every shard tells the publisher of the rows it updates.
   std::shared_ptr<serving::update_publisher> publisher;
-  if (m.updates.present) {
+  // A node of several publishes its own shards' updates, on its
+  // updates_port (updates.port on the first node if it has none).
+  bool publishes = m.updates.present;
+  uint16_t updates_port = m.updates.port;
+  if (publishes && member) {
+    const auto& me = *std::find_if(m.nodes.begin(), m.nodes.end(),
+                                   [&](const auto& n) { return n.name == member->name(); });
+    const bool hosts_shards =
+        std::find(hosted.begin(), hosted.end(), true) != hosted.end();
+    updates_port = me.updates_port != 0 ? me.updates_port
+                                        : (member->runs_coordinator() ? m.updates.port : 0);
+    if (!hosts_shards) {
+      publishes = false;
+    } else if (updates_port == 0) {
+      return fail(error(errc::invalid_argument,
+                        path + ": node '" + me.name +
+                            "' hosts shards and the manifest has `updates`: give it "
+                            "nodes[].updates_port (serving subscribes to every node's publisher)"));
+    }
+  }
+  if (publishes) {
     serving::publisher_config pc;
     pc.table = m.cluster.table.name;
     pc.dim = m.cluster.table.layout.dim;
@@ -464,7 +484,7 @@ int run_node(const std::string& path, const std::string& node, const std::string
     pc.interval = std::chrono::milliseconds(m.updates.interval_ms);
     pc.max_rows = m.updates.max_rows;
     pc.bind_address = m.updates.bind_address;
-    pc.port = m.updates.port;
+    pc.port = updates_port;
     publisher = std::make_shared<serving::update_publisher>(pc);
     if (auto ok = publisher->start(); !ok) return fail(ok.err());
     for (auto& shard : m.cluster.shards) shard.updates = publisher;

@@ -631,13 +631,22 @@ void read_serving(section s, raw_manifest& r) {
     v.replicas.push_back(*hp);
     return true;
   });
-  std::string subscribe;
-  s.text("subscribe", subscribe);
-  if (!subscribe.empty()) {
-    v.subscribe = parse_host_port(subscribe);
-    if (!v.subscribe)
-      s.diag().fail_at("serving.subscribe", "expected host:port, got " + in_quotes(subscribe));
-  }
+  // One publisher (host:port), or a list: a training cluster of several
+  // nodes publishes each node's shards' updates on that node.
+  auto add_publisher = [&](const std::string& text, const YAML::Mark& mark,
+                           const std::string& path) {
+    auto hp = parse_host_port(text);
+    if (!hp) {
+      s.diag().fail(mark, path, "expected host:port, got " + in_quotes(text));
+      return false;
+    }
+    v.subscribe.push_back(*hp);
+    return true;
+  };
+  if (auto found = s.raw("subscribe"); found && found->first.IsScalar())
+    add_publisher(found->first.Scalar(), found->second, s.path_of("subscribe"));
+  else
+    s.list("subscribe", add_publisher);
   s.finish();
 }
 
@@ -663,6 +672,7 @@ void read_nodes(section& top, raw_manifest& r) {
     n.path_value("ssd_path", node.ssd_path);
     n.unsigned_int("metrics_port", node.metrics_port);
     n.unsigned_int("admin_port", node.admin_port);
+    n.unsigned_int("updates_port", node.updates_port);
     n.finish();
     r.nodes.push_back(node);
     r.node_marks.push_back(mark);

@@ -64,6 +64,7 @@ struct node_settings {
   std::filesystem::path ssd_path;  // LMDB environments on this node (empty: shards.ssd_path)
   uint16_t metrics_port = 0;
   uint16_t admin_port = 0;
+  uint16_t updates_port = 0;  // this node's update publisher (`updates`; 0: updates.port)
 };
 
 // `transport`: the UCX transport between nodes (transport/node_bridge.hpp).
@@ -125,7 +126,7 @@ struct serving_settings {
   uint32_t max_request_keys = 1u << 20;  // per lookup (binary and HTTP)
   size_t max_http_body_bytes = size_t{16} << 20;
   std::vector<host_port> replicas;     // for clients: the serving nodes' binary endpoints
-  std::optional<host_port> subscribe;  // an update publisher to follow
+  std::vector<host_port> subscribe;    // update publishers to follow (one per training node)
 };
 
 // `updates`: a training node streams the rows its shards update to the

@@ -59,11 +59,6 @@ expected<std::unique_ptr<node_membership>> node_membership::create(const manifes
                        m.nodes[i].name +
                        "' needs a fixed transport port in a cluster of several nodes (its peers "
                        "connect to it)");
-  if (m.updates.present)
-    return error(errc::invalid_argument,
-                 m.file.string() + ": updates: online updates from a cluster of several nodes "
-                                   "are not supported yet (each node's shards would need their "
-                                   "own publisher); train on one node to publish updates");
   n->coordinator_ = m.nodes.front().name;
   for (const auto& owner : m.shard_nodes) n->hosted_shards_.push_back(owner == node);
   return n;

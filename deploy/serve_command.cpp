@@ -1,7 +1,7 @@
 // `strata serve MANIFEST`: a serving node (docs/serving.md). Loads the
 // manifest's checkpoint into the serving tiers (cache -> DRAM -> LMDB),
 // answers lookups over the binary protocol and HTTP, follows an update
-// publisher if serving.subscribe names one, and stops on SIGINT/SIGTERM.
+// publishers serving.subscribe names, and stops on SIGINT/SIGTERM.
 #include <signal.h>
 
 #include <cstdio>
@@ -102,13 +102,16 @@ int serve(const std::string& path, const std::string& port_file) {
     http = std::make_unique<serving::http_server>(service, s.max_http_body_bytes);
     if (auto ok = http->start(s.bind_address, s.http_port); !ok) return fail(ok.err().message());
   }
-  std::unique_ptr<serving::update_subscriber> subscriber;
-  if (s.subscribe) {
+  // One subscriber per publisher (a training cluster of several nodes has
+  // one per node); each key comes from one publisher, and versions never go
+  // backwards whatever the order batches arrive in.
+  std::vector<std::unique_ptr<serving::update_subscriber>> subscribers;
+  for (const auto& publisher : s.subscribe) {
     serving::subscriber_config uc;
-    uc.publisher = {s.subscribe->host, s.subscribe->port};
+    uc.publisher = {publisher.host, publisher.port};
     uc.table = table.name;
-    subscriber = std::make_unique<serving::update_subscriber>(uc, service);
-    subscriber->start();
+    subscribers.push_back(std::make_unique<serving::update_subscriber>(uc, service));
+    subscribers.back()->start();
   }
   std::printf("strata serve: table '%s' dim %u from %s: %llu rows (%llu warmed); binary %s:%u",
               table.name.c_str(), sc.dim, checkpoint->string().c_str(),
@@ -116,8 +119,9 @@ int serve(const std::string& path, const std::string& port_file) {
               static_cast<unsigned long long>(loaded.warmed_rows), s.bind_address.c_str(),
               binary.port());
   if (http) std::printf("; http %s:%u", s.bind_address.c_str(), http->port());
-  if (s.subscribe)
-    std::printf("; updates from %s:%u", s.subscribe->host.c_str(), s.subscribe->port);
+  for (size_t i = 0; i < s.subscribe.size(); ++i)
+    std::printf("%s%s:%u", i == 0 ? "; updates from " : ", ", s.subscribe[i].host.c_str(),
+                s.subscribe[i].port);
   std::printf("\n");
   std::fflush(stdout);
   if (!port_file.empty()) {
@@ -136,7 +140,7 @@ int serve(const std::string& path, const std::string& port_file) {
   while (sigwait(&set, &sig) != 0) {
   }
   std::fprintf(stderr, "strata serve: signal %d: stopping\n", sig);
-  if (subscriber) subscriber->stop();
+  for (auto& subscriber : subscribers) subscriber->stop();
   if (http) http->stop();
   binary.stop();
   return 0;

@@ -380,12 +380,22 @@ TEST(Manifest, ServingAndUpdatesSectionsParseWithDefaults) {
   ASSERT_EQ(s.replicas.size(), 2u);
   EXPECT_EQ(s.replicas[1].host, "10.0.0.6");
   EXPECT_EQ(s.replicas[1].port, 7101u);
-  ASSERT_TRUE(s.subscribe.has_value());
-  EXPECT_EQ(s.subscribe->host, "train");
+  ASSERT_EQ(s.subscribe.size(), 1u);
+  EXPECT_EQ(s.subscribe[0].host, "train");
   EXPECT_TRUE(on->updates.present);
   EXPECT_EQ(on->updates.port, 7200u);
   EXPECT_EQ(on->updates.interval_ms, 50u);
   EXPECT_EQ(on->updates.max_rows, 4096u);
+}
+
+TEST(Manifest, ServingSubscribesToEveryTrainingNodesPublisher) {
+  auto m = parse_manifest(appended("serving:\n  subscribe: [n0:7200, 10.0.0.2:7201]\n"), "m.yaml");
+  ASSERT_TRUE(m.has_value()) << m.err().to_string();
+  ASSERT_EQ(m->serving.subscribe.size(), 2u);
+  EXPECT_EQ(m->serving.subscribe[0].host, "n0");
+  EXPECT_EQ(m->serving.subscribe[1].port, 7201u);
+  EXPECT_ERROR(appended("serving:\n  subscribe: [n0:7200, nowhere]\n"),
+               "serving.subscribe[1]: expected host:port");
 }
 
 TEST(Manifest, ServingErrorsNameTheField) {

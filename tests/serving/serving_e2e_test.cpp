@@ -12,9 +12,11 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <thread>
 
 #include "actors/checkpoint.hpp"
+#include "actors/partition_map.hpp"
 #include "client/client.hpp"
 #include "tests/tiers/test_util.hpp"
 #include "tiers/lmdb_tier.hpp"
@@ -150,6 +152,121 @@ TEST(ServingEndToEnd, TrainServeAndKeepServingWhileTrainingUpdatesIt) {
       },
       30s);
   EXPECT_TRUE(updated) << moved << " of " << keys.size() << " keys updated; serve log:\n"
+                       << std::ifstream(d / "serve.log").rdbuf();
+  ::kill(server, SIGTERM);
+  int status = 0;
+  ::waitpid(server, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+// Two training nodes, each publishing its own shard's updates on its own
+// port; one serving node subscribed to both follows the rows of both shards.
+std::string two_node_manifest(const fs::path& d, uint32_t epochs,
+                              const std::vector<uint16_t>& ports) {
+  std::ostringstream m;
+  m << "name: pair\nmode: async\npartitions: 64\nthreads: 2\n"
+    << "nodes:\n"
+    << "  - name: t0\n    host: 127.0.0.1\n    transport_port: " << ports[0]
+    << "\n    updates_port: " << ports[2] << "\n    ssd_path: " << (d / "t0").string() << "\n"
+    << "  - name: t1\n    host: 127.0.0.1\n    transport_port: " << ports[1]
+    << "\n    updates_port: " << ports[3] << "\n    ssd_path: " << (d / "t1").string() << "\n"
+    << "table:\n  name: counts\n  optimizer:\n    kind: sgd\n    learning_rate: 1\n"
+    << "  initializer:\n    kind: zeros\n"
+    << "model:\n  embedding_dim: 1\n  objective: count\n"
+    << "shards:\n  count: 2\n  dram_bytes: 1MiB\n  ssd_path: " << (d / "state").string()
+    << "\n  map_bytes: 256MiB\n"
+    << "caches:\n  count: 2\n  sets: 8\n"
+    << "workers:\n  count: 2\n  batch_size: 32\n  epochs: " << epochs << "\n"
+    << "data:\n  path: " << (d / "data.tsv").string() << "\n  heldout_fraction: 0\n"
+    << "  generate:\n    rows: 3000\n    distinct_keys: 2000\n    seed: 5\n"
+    << "checkpoint:\n  dir: " << (d / "ckpt").string() << "\n"
+    << "updates:\n  interval_ms: 20\n"
+    << "serving:\n  checkpoint: " << (d / "ckpt").string()
+    << "\n  lmdb_path: " << (d / "serving").string() << "\n  subscribe: [127.0.0.1:" << ports[2]
+    << ", 127.0.0.1:" << ports[3] << "]\n";
+  return m.str();
+}
+
+TEST(ServingEndToEnd, ServingFollowsEveryNodeOfAMultiNodeTrainingCluster) {
+  testing::temp_dir dir;
+  const fs::path d = dir.path();
+  const std::vector<uint16_t> ports = {free_port(), free_port(), free_port(), free_port()};
+  std::ofstream(d / "one.yaml") << two_node_manifest(d, 1, ports);
+  std::ofstream(d / "two.yaml") << two_node_manifest(d, 2, ports);
+  const std::string bin = STRATA_BINARY;
+  ASSERT_EQ(run(bin + " launch " + (d / "one.yaml").string() + " > " + (d / "train1.log").string() +
+                " 2>&1"),
+            0)
+      << std::ifstream(d / "train1.log").rdbuf();
+  auto checkpoint = actors::latest_checkpoint(d / "ckpt");
+  ASSERT_TRUE(checkpoint.has_value());
+  auto meta = actors::read_checkpoint_meta(*checkpoint);
+  ASSERT_TRUE(meta.has_value());
+  ASSERT_EQ(meta->shard_rows.size(), 2u);
+  std::vector<uint64_t> keys;
+  std::map<uint64_t, uint64_t> versions;
+  for (uint32_t shard = 0; shard < 2; ++shard) {
+    const row_layout layout{meta->dim, meta->optimizer, meta->with_state};
+    lmdb_tier_config c;
+    c.directory = actors::shard_checkpoint_dir(*checkpoint, shard);
+    c.table = meta->table;
+    c.partitions = meta->partitions;
+    c.read_only = true;
+    auto tier = lmdb_tier::open(layout, c);
+    ASSERT_TRUE(tier.has_value()) << tier.err().to_string();
+    ASSERT_TRUE((*tier)
+                    ->dump([&](uint64_t key, const std::byte* r) {
+                      keys.push_back(key);
+                      versions[key] = meta_of(r).version;
+                    })
+                    .has_value());
+  }
+  ASSERT_GT(keys.size(), 100u);
+
+  const pid_t server = ::fork();
+  if (server == 0) {
+    std::freopen((d / "serve.log").c_str(), "w", stdout);
+    std::freopen((d / "serve.log").c_str(), "a", stderr);
+    ::execl(bin.c_str(), bin.c_str(), "serve", (d / "two.yaml").c_str(), "--port-file",
+            (d / "ports").c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  ASSERT_TRUE(eventually([&] { return fs::exists(d / "ports"); }, 60s))
+      << std::ifstream(d / "serve.log").rdbuf();
+  uint16_t serve_port = 0;
+  {
+    std::ifstream in(d / "ports");
+    std::string line;
+    std::getline(in, line);
+    serve_port = static_cast<uint16_t>(std::stoi(line.substr(7)));
+  }
+  auto c = client::serving_client::connect({{{"127.0.0.1", serve_port}}});
+  ASSERT_TRUE(c.has_value());
+
+  // Both nodes train on (a new incarnation), each publishing its shard.
+  ASSERT_EQ(run(bin + " launch " + (d / "two.yaml").string() + " --resume > " +
+                (d / "train2.log").string() + " 2>&1"),
+            0)
+      << std::ifstream(d / "train2.log").rdbuf();
+  size_t moved[2] = {0, 0};
+  const bool updated = eventually(
+      [&] {
+        auto now = c->lookup("counts", keys);
+        if (!now) return false;
+        moved[0] = moved[1] = 0;
+        size_t total[2] = {0, 0};
+        const actors::partition_map map(meta->partitions, 2);
+        for (size_t i = 0; i < keys.size(); ++i) {
+          EXPECT_GE(now->versions[i], versions[keys[i]]) << "key " << keys[i] << " went back";
+          const uint32_t shard = map.shard_of(keys[i]);
+          ++total[shard];
+          if (incarnation_of(now->versions[i]) > meta->incarnation) ++moved[shard];
+        }
+        // Most keys of each node's shard were trained again and published.
+        return moved[0] * 2 > total[0] && moved[1] * 2 > total[1];
+      },
+      30s);
+  EXPECT_TRUE(updated) << moved[0] << " and " << moved[1] << " keys updated; serve log:\n"
                        << std::ifstream(d / "serve.log").rdbuf();
   ::kill(server, SIGTERM);
   int status = 0;
