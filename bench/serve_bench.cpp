@@ -19,8 +19,10 @@
 #include <thread>
 
 #include "client/client.hpp"
+#include "client/ucx_client.hpp"
 #include "serving/binary_server.hpp"
 #include "serving/service.hpp"
+#include "serving/transport_endpoint.hpp"
 #include "tiers/cpu_cache.hpp"
 #include "tiers/dram_tier.hpp"
 
@@ -249,6 +251,13 @@ void run_serve_bench(const serve_bench_options& o, bench_report& report) {
   if (auto ok = server.start("127.0.0.1", 0); !ok) throw std::runtime_error(ok.err().to_string());
   auto client = client::serving_client::connect({{{"127.0.0.1", server.port()}}});
   if (!client) throw std::runtime_error(client.err().to_string());
+  // The same lookups over the UCX transport (clients in the cluster).
+  serving::transport_endpoint ucx_endpoint(service);
+  transport::bridge_config bc;
+  bc.node_name = "bench-serve";
+  if (auto ok = ucx_endpoint.start(bc); !ok) throw std::runtime_error(ok.err().to_string());
+  auto ucx = client::ucx_client::connect({"127.0.0.1", ucx_endpoint.port()});
+  if (!ucx) throw std::runtime_error(ucx.err().to_string());
 
   // The in-process DRAM tier with the same rows.
   dram_tier_config dc;
@@ -289,7 +298,7 @@ void run_serve_bench(const serve_bench_options& o, bench_report& report) {
   constexpr int rounds = 5;
   for (uint32_t batch : batch_sizes) {
     const std::string b = std::to_string(batch);
-    samples served, in_process, red;
+    samples served, in_process, red, over_ucx;
     uint64_t checksum = 0;
     client::rows got;
     std::vector<std::byte> out(size_t{batch} * layout.record_bytes());
@@ -299,6 +308,11 @@ void run_serve_bench(const serve_bench_options& o, bench_report& report) {
     for (int round = 0; round < rounds; ++round) {
       measure(rows, batch, seconds / rounds, served, [&](const std::vector<uint64_t>& k) {
         auto ok = client->lookup_into("bench", k, got);
+        if (!ok) throw std::runtime_error(ok.err().to_string());
+        checksum += got.versions.size();
+      });
+      measure(rows, batch, seconds / rounds, over_ucx, [&](const std::vector<uint64_t>& k) {
+        auto ok = (*ucx)->lookup_into("bench", k, got);
         if (!ok) throw std::runtime_error(ok.err().to_string());
         checksum += got.versions.size();
       });
@@ -331,7 +345,15 @@ void run_serve_bench(const serve_bench_options& o, bench_report& report) {
     report.add({"serve_p50_us_b" + b, p50, "us", "redis_mget", red.percentile(0.5)});
     report.add({"serve_p99_us_b" + b, p99, "us", "redis_mget", red.percentile(0.99)});
     report.add({"serve_p99_over_p50_b" + b, p99 / p50, "x", "target_max", 3.0});
+    report.add({"serve_ucx_keys_per_s_b" + b, over_ucx.keys_per_s(), "keys/s", "redis_mget",
+                red.keys_per_s()});
+    report.add({"serve_ucx_keys_per_s_b" + b, over_ucx.keys_per_s(), "keys/s", "serve_tcp",
+                served.keys_per_s()});
+    report.add({"serve_ucx_p99_over_p50_b" + b,
+                over_ucx.percentile(0.99) / over_ucx.percentile(0.5), "x", "target_max", 3.0});
   }
+  ucx->reset();
+  ucx_endpoint.stop();
   server.stop();
 }
 

@@ -46,6 +46,7 @@
 #include "monitoring/exporter.hpp"
 #include "serving/binary_server.hpp"
 #include "serving/training_gateway.hpp"
+#include "serving/transport_endpoint.hpp"
 #include "serving/update_stream.hpp"
 
 namespace strata::cli {
@@ -556,6 +557,7 @@ int run_node(const std::string& path, const std::string& node, const std::string
   // coordinator's node from its start until training ends.
   std::unique_ptr<serving::training_gateway> gateway_service;
   std::unique_ptr<serving::binary_server> gateway;
+  std::unique_ptr<serving::transport_endpoint> gateway_ucx;
   auto start_gateway = [&](caf::actor_system& system, const actors::training_cluster& cluster) {
     if (m.gateway.port == 0) return;
     serving::gateway_config gc;
@@ -575,6 +577,22 @@ int run_node(const std::string& path, const std::string& node, const std::string
     std::printf("gateway: serving lookups%s of table '%s' on %s:%u\n",
                 gc.accepts_push ? " and pushes" : "", gc.table.c_str(),
                 m.gateway.bind_address.c_str(), static_cast<unsigned>(gateway->port()));
+    if (m.gateway.transport_port != 0) {
+      // Gateway requests wait for shards: worker threads, not the progress thread.
+      gateway_ucx = std::make_unique<serving::transport_endpoint>(*gateway_service, 2);
+      transport::bridge_config bc;
+      bc.node_name = "gateway-" + c.name;
+      bc.listen_address = m.gateway.bind_address;
+      bc.listen_port = m.gateway.transport_port;
+      if (auto ok = gateway_ucx->start(bc); !ok) {
+        admin_failure = error(ok.err().code(), "gateway.transport_port: " + ok.err().message());
+        gateway_ucx.reset();
+        caf::anon_send(cluster.coordinator, actors::stop_atom::value);
+        return;
+      }
+      std::printf("gateway: the same over UCX on %s:%u\n", m.gateway.bind_address.c_str(),
+                  static_cast<unsigned>(gateway_ucx->port()));
+    }
     std::fflush(stdout);
   };
   hooks.started = [&](caf::actor_system& system, const actors::training_cluster& cluster) {
@@ -607,6 +625,7 @@ int run_node(const std::string& path, const std::string& node, const std::string
   // report, and keep serving them for the linger period.
   hooks.finished = [&](const actors::training_report& r) {
     if (gateway) gateway->stop();
+    if (gateway_ucx) gateway_ucx->stop();
     if (metrics) {
       // A node of several exports only the tiers it hosts (the
       // coordinator's report lists every node's).
@@ -640,6 +659,7 @@ int run_node(const std::string& path, const std::string& node, const std::string
   // While the actor system still exists: the gateway's requests use it.
   hooks.shutdown = [&](bool ok) {
     if (gateway) gateway->stop();
+    if (gateway_ucx) gateway_ucx->stop();
     if (member) member->finish(ok);
   };
   actors::progress_callback progress;

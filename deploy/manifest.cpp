@@ -616,6 +616,7 @@ void read_serving(section s, raw_manifest& r) {
   s.text("bind_address", v.bind_address);
   s.unsigned_int("binary_port", v.binary_port);
   s.unsigned_int("http_port", v.http_port);
+  s.unsigned_int("transport_port", v.transport_port);
   s.real("default_value", v.default_value, -1e30, 1e30);
   s.real("async_insert_hit_rate", v.async_insert_hit_rate, 0.0, 1.0);
   s.unsigned_int("hit_rate_window", v.hit_rate_window, 1, 1u << 30);
@@ -707,6 +708,7 @@ void read_placement(section& s, std::vector<std::string>& names,
 
 void read_gateway(section s, raw_manifest& r) {
   s.unsigned_int("port", r.gateway.port);
+  s.unsigned_int("transport_port", r.gateway.transport_port);
   s.text("bind_address", r.gateway.bind_address);
   s.unsigned_int("max_request_keys", r.gateway.max_request_keys, 1, 1u << 26);
   s.finish();

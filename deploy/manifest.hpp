@@ -83,6 +83,7 @@ struct transport_settings {
 // gradients over the binary protocol. Absent (port 0): none.
 struct gateway_settings {
   uint16_t port = 0;
+  uint16_t transport_port = 0;  // the same over UCX (clients in the cluster); 0: none
   std::string bind_address = "127.0.0.1";  // loopback unless asked otherwise
   uint32_t max_request_keys = 1u << 20;
 };
@@ -119,6 +120,7 @@ struct serving_settings {
   std::string bind_address = "127.0.0.1";  // loopback unless asked otherwise
   uint16_t binary_port = 0;                // 0: none
   uint16_t http_port = 0;                  // 0: none
+  uint16_t transport_port = 0;             // lookups over UCX for clients in the cluster; 0: none
   float default_value = 0.0f;              // every element of an unknown key's row
   double async_insert_hit_rate = 0.9;      // >=: misses go into the cache asynchronously
   uint32_t hit_rate_window = 4096;

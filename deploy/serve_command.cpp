@@ -3,6 +3,7 @@
 // answers lookups over the binary protocol and HTTP, follows an update
 // publishers serving.subscribe names, and stops on SIGINT/SIGTERM.
 #include <signal.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -17,6 +18,7 @@
 #include "serving/binary_server.hpp"
 #include "serving/http_server.hpp"
 #include "serving/service.hpp"
+#include "serving/transport_endpoint.hpp"
 #include "serving/update_stream.hpp"
 #include "tiers/cpu_cache.hpp"
 
@@ -102,6 +104,17 @@ int serve(const std::string& path, const std::string& port_file) {
     http = std::make_unique<serving::http_server>(service, s.max_http_body_bytes);
     if (auto ok = http->start(s.bind_address, s.http_port); !ok) return fail(ok.err().message());
   }
+  // Lookups over UCX for clients in the cluster (serving.transport_port).
+  std::unique_ptr<serving::transport_endpoint> ucx;
+  if (s.transport_port != 0) {
+    ucx = std::make_unique<serving::transport_endpoint>(service);
+    transport::bridge_config bc;
+    bc.node_name = "serve-" + table.name + "-" + std::to_string(::getpid());
+    bc.listen_address = s.bind_address;
+    bc.listen_port = s.transport_port;
+    if (auto ok = ucx->start(bc); !ok)
+      return fail(path + ": serving.transport_port: " + ok.err().message());
+  }
   // One subscriber per publisher (a training cluster of several nodes has
   // one per node); each key comes from one publisher, and versions never go
   // backwards whatever the order batches arrive in.
@@ -119,6 +132,7 @@ int serve(const std::string& path, const std::string& port_file) {
               static_cast<unsigned long long>(loaded.warmed_rows), s.bind_address.c_str(),
               binary.port());
   if (http) std::printf("; http %s:%u", s.bind_address.c_str(), http->port());
+  if (ucx) std::printf("; ucx %s:%u", s.bind_address.c_str(), ucx->port());
   for (size_t i = 0; i < s.subscribe.size(); ++i)
     std::printf("%s%s:%u", i == 0 ? "; updates from " : ", ", s.subscribe[i].host.c_str(),
                 s.subscribe[i].port);
@@ -141,6 +155,7 @@ int serve(const std::string& path, const std::string& port_file) {
   }
   std::fprintf(stderr, "strata serve: signal %d: stopping\n", sig);
   for (auto& subscriber : subscribers) subscriber->stop();
+  if (ucx) ucx->stop();
   if (http) http->stop();
   binary.stop();
   return 0;

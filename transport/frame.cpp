@@ -66,6 +66,9 @@ bool is_known_type(uint16_t type) {
     case frame_type::worker_run:
     case frame_type::worker_stats:
     case frame_type::worker_progress:
+    case frame_type::serve_lookup:
+    case frame_type::serve_prefetch:
+    case frame_type::serve_push:
     case frame_type::echo:
     case frame_type::sink:
     case frame_type::reply:
@@ -131,6 +134,12 @@ std::string_view to_string(frame_type type) {
       return "worker_stats";
     case frame_type::worker_progress:
       return "worker_progress";
+    case frame_type::serve_lookup:
+      return "serve_lookup";
+    case frame_type::serve_prefetch:
+      return "serve_prefetch";
+    case frame_type::serve_push:
+      return "serve_push";
     case frame_type::echo:
       return "echo";
     case frame_type::sink:

@@ -64,6 +64,11 @@ enum class frame_type : uint16_t {
   worker_run = 40,        // u64 batches, u64 epoch -> worker_result
   worker_stats = 41,      // () -> actor_stats
   worker_progress = 44,   // progress_report, one-way (a remote worker's, to its runner)
+  // A serving node's lookups for clients in the cluster (docs/serving.md):
+  // payloads are the binary serving protocol's (client/wire.hpp).
+  serve_lookup = 52,      // key_request -> rows payload
+  serve_prefetch = 53,    // key_request -> ack payload (u32 n)
+  serve_push = 54,        // push payload -> ack payload (a training gateway)
   echo = 48,              // any payload, answered with the same bytes (tests, bench)
   sink = 49,              // any payload, one-way, dropped (bench)
 

@@ -2,6 +2,7 @@
 
 #include "actors/protocol.hpp"
 #include "actors/training_protocol.hpp"
+#include "client/wire.hpp"
 #include "transport/codec.hpp"
 
 namespace strata::transport {
@@ -39,6 +40,17 @@ status check_payload_value(const frame_header& header, std::span<const std::byte
       return try_decode<uint64_t, uint64_t>(payload);
     case frame_type::worker_progress:
       return try_decode<progress_report>(payload);
+    case frame_type::serve_lookup:
+    case frame_type::serve_prefetch: {
+      auto r = wire::decode_key_request(payload);
+      if (!r) return r.err();
+      return {};
+    }
+    case frame_type::serve_push: {
+      auto r = wire::decode_push(payload);
+      if (!r) return r.err();
+      return {};
+    }
     case frame_type::shard_pull:
     case frame_type::shard_prefetch:
     case frame_type::cache_lookup:

@@ -19,6 +19,7 @@
 
 #include "actors/checkpoint.hpp"
 #include "client/client.hpp"
+#include "client/ucx_client.hpp"
 #include "common/child_process.hpp"
 #include "tests/tiers/test_util.hpp"
 
@@ -37,7 +38,8 @@ uint16_t free_port() {
 // embedding_dim 3: rows of dim 4.
 constexpr uint32_t dim = 4;
 
-std::string store_manifest(const fs::path& d, uint16_t port, const char* learning_rate = "1") {
+std::string store_manifest(const fs::path& d, uint16_t port, const char* learning_rate = "1",
+                           uint16_t transport_port = 0) {
   std::ostringstream m;
   m << "name: store\nmode: async\npartitions: 64\nthreads: 2\n"
     << "table:\n  name: emb\n  optimizer:\n    kind: sgd\n    learning_rate: " << learning_rate
@@ -48,7 +50,7 @@ std::string store_manifest(const fs::path& d, uint16_t port, const char* learnin
     << "\n  map_bytes: 256MiB\n"
     << "caches:\n  count: 1\n  sets: 8\n"
     << "workers:\n  count: 0\n"
-    << "gateway:\n  port: " << port << "\n"
+    << "gateway:\n  port: " << port << "\n  transport_port: " << transport_port << "\n"
     << "checkpoint:\n  dir: " << (d / "ckpt").string() << "\n";
   return m.str();
 }
@@ -75,8 +77,9 @@ void start(store_node& s, const fs::path& manifest, uint16_t port,
 TEST(Gateway, PushesAreAppliedExactlyAndSurviveAGracefulStop) {
   testing::temp_dir dir;
   const uint16_t port = free_port();
+  const uint16_t ucx_port = free_port();
   const auto manifest = dir.path() / "store.yaml";
-  std::ofstream(manifest) << store_manifest(dir.path(), port);
+  std::ofstream(manifest) << store_manifest(dir.path(), port, "1", ucx_port);
   store_node s;
   start(s, manifest, port);
   ASSERT_TRUE(s.client);
@@ -129,6 +132,18 @@ TEST(Gateway, PushesAreAppliedExactlyAndSurviveAGracefulStop) {
   auto summed = c.lookup("emb", hot);
   ASSERT_TRUE(summed);
   for (float w : summed->weights) EXPECT_EQ(w, -float(threads * rounds));
+
+  // Clients in the cluster: the same over UCX (gateway.transport_port).
+  auto ucx = client::ucx_client::connect({"127.0.0.1", ucx_port});
+  ASSERT_TRUE(ucx) << ucx.err().to_string();
+  client::rows over_ucx;
+  ASSERT_TRUE((*ucx)->lookup_into("emb", hot, over_ucx));
+  EXPECT_EQ(over_ucx.weights, summed->weights);
+  ASSERT_TRUE((*ucx)->push("emb", std::vector<uint64_t>{9}, std::vector<float>(dim, 0.5f)));
+  auto nine = c.lookup("emb", std::vector<uint64_t>{9});
+  ASSERT_TRUE(nine);
+  for (float w : nine->weights) EXPECT_EQ(w, -0.5f);
+  ucx->reset();
 
   // Bad pushes: errors that name the problem.
   const std::vector<float> short_grads(dim - 1, 1.0f);

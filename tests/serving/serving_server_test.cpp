@@ -21,6 +21,8 @@
 #include <thread>
 
 #include "client/client.hpp"
+#include "client/ucx_client.hpp"
+#include "serving/transport_endpoint.hpp"
 #include "serving/binary_server.hpp"
 #include "serving/http_server.hpp"
 #include "serving/service.hpp"
@@ -125,6 +127,49 @@ TEST(ServingServer, SeveralConcurrentClientsGetTheCheckpointRows) {
   }
   for (auto& t : threads) t.join();
   EXPECT_EQ(lookups.load(), 4 * 6 * 3);
+}
+
+// Clients in the cluster look up over UCX (serving.transport_port): the
+// same rows bit for bit as over TCP, from several threads on one client
+// and from two clients; errors name the problem; pushes are refused.
+TEST(ServingServer, LookupsOverTheUcxTransportMatchTheCheckpoint) {
+  node n;
+  transport_endpoint ucx(*n.service);
+  transport::bridge_config bc;
+  bc.node_name = "serving-test";
+  ASSERT_TRUE(ucx.start(bc).has_value());
+  auto a = client::ucx_client::connect({"127.0.0.1", ucx.port()});
+  ASSERT_TRUE(a.has_value()) << a.err().to_string();
+  auto b = client::ucx_client::connect({"127.0.0.1", ucx.port()});
+  ASSERT_TRUE(b.has_value()) << b.err().to_string();
+  EXPECT_EQ((*a)->server(), "serving-test");
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      auto& c = t % 2 ? **a : **b;
+      std::mt19937_64 rng(100 + t);
+      client::rows r;
+      for (size_t batch : {0, 1, 16, 1024, 7, 300}) {
+        std::vector<uint64_t> keys(batch);
+        for (auto& k : keys)
+          k = rng() % 10 == 0 ? rng() : n.rows.keys[rng() % n.rows.keys.size()];
+        auto ok = c.lookup_into("ads", keys, r);
+        ASSERT_TRUE(ok.has_value()) << ok.err().to_string();
+        expect_rows(n.rows, keys, r);
+      }
+      ASSERT_TRUE(c.prefetch("ads", std::vector<uint64_t>{n.rows.keys[1]}).has_value());
+    });
+  }
+  for (auto& t : threads) t.join();
+  client::rows r;
+  auto unknown = (*a)->lookup_into("nope", std::vector<uint64_t>{1}, r);
+  ASSERT_FALSE(unknown.has_value());
+  EXPECT_NE(unknown.err().message().find("unknown table"), std::string::npos)
+      << unknown.err().message();
+  auto push = (*a)->push("ads", std::vector<uint64_t>{1}, std::vector<float>(dim, 1.0f));
+  ASSERT_FALSE(push.has_value());
+  EXPECT_NE(push.err().message().find("takes no gradients"), std::string::npos)
+      << push.err().message();
 }
 
 TEST(ServingServer, BinaryErrorsNameTheProblem) {
