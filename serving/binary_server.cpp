@@ -61,6 +61,12 @@ struct binary_server::impl {
         return;
       }
       const uint64_t id = frame->header.request;
+      // ack(n): how many keys the request carried.
+      auto send_ack = [&](size_t n) {
+        out.clear();
+        wire::writer(out).u32(static_cast<uint32_t>(n));
+        return static_cast<bool>(socket->send(wire::frame_type::ack, id, out));
+      };
       switch (frame->header.type) {
         case wire::frame_type::lookup: {
           auto req = wire::decode_key_request(frame->payload);
@@ -93,9 +99,7 @@ struct binary_server::impl {
             send_error(*socket, id, ok.err());
             break;
           }
-          out.clear();
-          wire::writer(out).u32(static_cast<uint32_t>(req->keys.size()));
-          if (!socket->send(wire::frame_type::ack, id, out)) return;
+          if (!send_ack(req->keys.size())) return;
           break;
         }
         case wire::frame_type::updates: {
@@ -107,9 +111,7 @@ struct binary_server::impl {
             send_error(*socket, id, ok.err());
             break;
           }
-          out.clear();
-          wire::writer(out).u32(static_cast<uint32_t>(batch->keys.size()));
-          if (!socket->send(wire::frame_type::ack, id, out)) return;
+          if (!send_ack(batch->keys.size())) return;
           break;
         }
         case wire::frame_type::push: {
@@ -120,9 +122,7 @@ struct binary_server::impl {
             send_error(*socket, id, ok.err());
             break;
           }
-          out.clear();
-          wire::writer(out).u32(static_cast<uint32_t>(req->keys.size()));
-          if (!socket->send(wire::frame_type::ack, id, out)) return;
+          if (!send_ack(req->keys.size())) return;
           break;
         }
         default:

@@ -12,6 +12,26 @@ error from_caf(caf::actor_system& system, const caf::error& err, const std::stri
   return error(errc::unavailable, what + ": " + system.render(err));
 }
 
+// The keys each shard owns, with their positions in the request.
+struct shard_keys {
+  uint32_t shard = 0;
+  std::vector<uint32_t> positions;
+  std::vector<uint64_t> keys;
+};
+std::vector<shard_keys> split_by_shard(const actors::partition_map& map,
+                                       std::span<const uint64_t> keys) {
+  const auto groups = map.group(std::vector<uint64_t>(keys.begin(), keys.end()));
+  std::vector<shard_keys> out;
+  for (uint32_t s = 0; s < groups.size(); ++s) {
+    if (groups[s].empty()) continue;
+    shard_keys part{s, groups[s], {}};
+    part.keys.reserve(part.positions.size());
+    for (uint32_t pos : part.positions) part.keys.push_back(keys[pos]);
+    out.push_back(std::move(part));
+  }
+  return out;
+}
+
 }  // namespace
 
 training_gateway::training_gateway(caf::actor_system& system,
@@ -65,33 +85,29 @@ status training_gateway::lookup(const std::string& table, std::span<const uint64
   caf::scoped_actor self{system_};
   auto r = current_routing(self);
   if (!r) return r.err();
-  const std::vector<uint64_t> all(keys.begin(), keys.end());
-  const auto groups = r->map.group(all);
   std::optional<error> failure;
-  for (size_t s = 0; s < groups.size(); ++s) {
-    if (groups[s].empty()) continue;
-    std::vector<uint64_t> shard_keys;
-    shard_keys.reserve(groups[s].size());
-    for (uint32_t pos : groups[s]) shard_keys.push_back(all[pos]);
-    self->request(r->shards[s], config_.timeout, actors::pull_atom::value, std::move(shard_keys))
+  for (auto& part : split_by_shard(r->map, keys)) {
+    const auto s = part.shard;
+    const auto& positions = part.positions;
+    self->request(r->shards[s], config_.timeout, actors::pull_atom::value, std::move(part.keys))
         .receive(
-        [&](actors::pull_reply& reply) {
-          if (reply.rows.records.size() != groups[s].size() * record_bytes) {
-            failure = error(errc::corrupt_data, "gateway: shard " + std::to_string(s) +
-                                                    "'s reply does not match the request");
-            return;
-          }
-          const auto* records = reinterpret_cast<const std::byte*>(reply.rows.records.data());
-          for (size_t j = 0; j < groups[s].size(); ++j) {
-            const std::byte* rec = records + j * record_bytes;
-            const size_t at = groups[s][j];
-            std::copy(weights_of(rec), weights_of(rec) + dim, out.weights.data() + at * dim);
-            out.versions[at] = meta_of(rec).version;
-          }
-        },
-        [&](caf::error& e) {
-          failure = from_caf(system_, e, "gateway: pull from shard " + std::to_string(s));
-        });
+            [&](actors::pull_reply& reply) {
+              if (reply.rows.records.size() != positions.size() * record_bytes) {
+                failure = error(errc::corrupt_data, "gateway: shard " + std::to_string(s) +
+                                                        "'s reply does not match the request");
+                return;
+              }
+              const auto* records = reinterpret_cast<const std::byte*>(reply.rows.records.data());
+              for (size_t j = 0; j < positions.size(); ++j) {
+                const std::byte* rec = records + j * record_bytes;
+                const size_t at = positions[j];
+                std::copy(weights_of(rec), weights_of(rec) + dim, out.weights.data() + at * dim);
+                out.versions[at] = meta_of(rec).version;
+              }
+            },
+            [&](caf::error& e) {
+              failure = from_caf(system_, e, "gateway: pull from shard " + std::to_string(s));
+            });
     if (failure) return *failure;
   }
   return {};
@@ -103,14 +119,8 @@ status training_gateway::prefetch(const std::string& table, std::span<const uint
   caf::scoped_actor self{system_};
   auto r = current_routing(self);
   if (!r) return r.err();
-  const std::vector<uint64_t> all(keys.begin(), keys.end());
-  const auto groups = r->map.group(all);
-  for (size_t s = 0; s < groups.size(); ++s) {
-    if (groups[s].empty()) continue;
-    std::vector<uint64_t> shard_keys;
-    for (uint32_t pos : groups[s]) shard_keys.push_back(all[pos]);
-    self->send(r->shards[s], actors::prefetch_atom::value, std::move(shard_keys));
-  }
+  for (auto& part : split_by_shard(r->map, keys))
+    self->send(r->shards[part.shard], actors::prefetch_atom::value, std::move(part.keys));
   return {};
 }
 
@@ -135,19 +145,15 @@ status training_gateway::push(const std::string& table, uint32_t dim,
   caf::scoped_actor self{system_};
   auto r = current_routing(self);
   if (!r) return r.err();
-  const std::vector<uint64_t> all(keys.begin(), keys.end());
-  const auto groups = r->map.group(all);
   std::optional<error> failure;
-  for (size_t s = 0; s < groups.size(); ++s) {
-    if (groups[s].empty()) continue;
+  for (auto& part : split_by_shard(r->map, keys)) {
     actors::push_request req;
-    req.keys.reserve(groups[s].size());
-    req.grads.reserve(groups[s].size() * dim);
-    for (uint32_t pos : groups[s]) {
-      req.keys.push_back(all[pos]);
+    req.keys = std::move(part.keys);
+    req.grads.reserve(part.positions.size() * dim);
+    for (uint32_t pos : part.positions)
       req.grads.insert(req.grads.end(), grads.begin() + size_t{pos} * dim,
                        grads.begin() + size_t{pos + 1} * dim);
-    }
+    const auto s = part.shard;
     self->request(r->shards[s], config_.timeout, actors::push_atom::value, std::move(req))
         .receive([](actors::push_reply&) {},
                  [&](caf::error& e) {

@@ -16,24 +16,10 @@ namespace {
 
 using strata::testing::temp_dir;
 
-// A loopback port free right now (bound to 0, then released).
-uint16_t free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  socklen_t len = sizeof addr;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
-
 TEST(AdminCli, StatusScaleCheckpointStopAgainstARunningNode) {
   temp_dir dir;
   const fs::path d = dir.path();
-  const uint16_t port = free_port();
+  const uint16_t port = testing::free_port();
   const std::string admin = "127.0.0.1:" + std::to_string(port);
   const fs::path token = d / "token";
   std::ofstream(token) << "node-token-123\n";

@@ -40,20 +40,6 @@ using strata::testing::temp_dir;
 // Generous: a loaded 2-core CI machine must finish, never hang the suite.
 constexpr double run_deadline_s = 300;
 
-// A port that was free a moment ago (the nodes bind it right after).
-uint16_t free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  sa.sin_port = 0;
-  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0);
-  socklen_t len = sizeof sa;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len);
-  ::close(fd);
-  return ntohs(sa.sin_port);
-}
-
 struct cluster_spec {
   std::string name = "multi";
   uint32_t nodes = 3;  // 1: no nodes list (the single-node baseline)
@@ -77,7 +63,7 @@ fs::path write_manifest(const fs::path& d, const cluster_spec& spec) {
   if (spec.nodes > 1) {
     m << "nodes:\n";
     for (uint32_t i = 0; i < spec.nodes; ++i)
-      m << "  - name: n" << i << "\n    host: 127.0.0.1\n    transport_port: " << free_port()
+      m << "  - name: n" << i << "\n    host: 127.0.0.1\n    transport_port: " << testing::free_port()
         << "\n    ssd_path: " << (d / (spec.name + "-n" + std::to_string(i))).string() << "\n";
   }
   if (spec.count) {

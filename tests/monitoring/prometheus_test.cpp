@@ -79,6 +79,36 @@ double now_unix() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
+// A stock Prometheus on loopback scraping the nodes on `ports` every second.
+std::unique_ptr<child_process> start_prometheus(const std::filesystem::path& dir,
+                                                const std::vector<uint16_t>& ports,
+                                                uint16_t prom_port) {
+  std::ofstream config(dir / "prometheus.yml");
+  config << "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
+            "scrape_configs:\n  - job_name: strata\n    static_configs:\n      - targets: [";
+  for (size_t i = 0; i < ports.size(); ++i)
+    config << (i ? ", " : "") << "'127.0.0.1:" << ports[i] << "'";
+  config << "]\n";
+  config.close();
+  return std::make_unique<child_process>(
+      std::vector<std::string>{"prometheus", "--config.file=" + (dir / "prometheus.yml").string(),
+                               "--storage.tsdb.path=" + (dir / "tsdb").string(),
+                               "--web.listen-address=127.0.0.1:" + std::to_string(prom_port)},
+      dir / "prometheus.log");
+}
+
+// When (unix seconds) the run printed its report and froze its final
+// values; 0 if it exited or did not within `limit`.
+double wait_for_final_values(child_process& strata, std::chrono::seconds limit) {
+  for (auto deadline = std::chrono::steady_clock::now() + limit;
+       std::chrono::steady_clock::now() < deadline;) {
+    if (!strata.running()) return 0;
+    if (strata.output().find("serving the final values") != std::string::npos) return now_unix();
+    std::this_thread::sleep_for(100ms);
+  }
+  return 0;
+}
+
 TEST(PrometheusServer, ScrapesTheNodeAndHoldsTheRunsFinalReport) {
   if (!on_path("prometheus"))
     GTEST_SKIP() << "prometheus is not installed (Debian package prometheus: make deps)";
@@ -86,16 +116,7 @@ TEST(PrometheusServer, ScrapesTheNodeAndHoldsTheRunsFinalReport) {
   const uint16_t node_port = free_port();
   const uint16_t prom_port = free_port();
   const std::string node = "prom-node";
-  std::ofstream(dir.path() / "prometheus.yml")
-      << "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
-         "scrape_configs:\n  - job_name: strata\n    static_configs:\n"
-         "      - targets: ['127.0.0.1:"
-      << node_port << "']\n";
-  child_process prometheus(
-      {"prometheus", "--config.file=" + (dir.path() / "prometheus.yml").string(),
-       "--storage.tsdb.path=" + (dir.path() / "tsdb").string(),
-       "--web.listen-address=127.0.0.1:" + std::to_string(prom_port)},
-      dir.path() / "prometheus.log");
+  auto prometheus = start_prometheus(dir.path(), {node_port}, prom_port);
   // With a held-out window: the report's tier counters are read after the
   // evaluation's pulls, so they are the shards' final values.
   const auto manifest = dir.path() / "manifest.yaml";
@@ -103,16 +124,7 @@ TEST(PrometheusServer, ScrapesTheNodeAndHoldsTheRunsFinalReport) {
   child_process strata({STRATA_BINARY, "launch", manifest.string()}, dir.path() / "launch.log");
 
   // Training ends: the report is printed, the final values frozen.
-  double report_seen = 0;
-  for (auto deadline = std::chrono::steady_clock::now() + 60s;
-       std::chrono::steady_clock::now() < deadline;) {
-    ASSERT_TRUE(strata.running()) << strata.output();
-    if (strata.output().find("serving the final values") != std::string::npos) {
-      report_seen = now_unix();
-      break;
-    }
-    std::this_thread::sleep_for(100ms);
-  }
+  const double report_seen = wait_for_final_values(strata, 60s);
   ASSERT_GT(report_seen, 0) << "training did not finish in time:\n" << strata.output();
   const std::string out = strata.output();
   const uint64_t examples = report_examples(out);
@@ -126,13 +138,13 @@ TEST(PrometheusServer, ScrapesTheNodeAndHoldsTheRunsFinalReport) {
   std::optional<sample> s;
   for (auto deadline = std::chrono::steady_clock::now() + 40s;
        std::chrono::steady_clock::now() < deadline;) {
-    ASSERT_TRUE(prometheus.running()) << prometheus.output();
+    ASSERT_TRUE(prometheus->running()) << prometheus->output();
     s = query(prom_port, "strata_training_examples_total" + sel);
     if (s && s->timestamp > report_seen) break;
     std::this_thread::sleep_for(250ms);
   }
   ASSERT_TRUE(s && s->timestamp > report_seen) << "Prometheus holds no scrape after training:\n"
-                                               << prometheus.output();
+                                               << prometheus->output();
   EXPECT_EQ(s->value, static_cast<double>(examples));
 
   auto up = query(prom_port, "up{job=\"strata\"}");
@@ -170,30 +182,12 @@ TEST(PrometheusServer, ScrapesEveryNodeOfAMultiNodeCluster) {
   const std::vector<std::string> names = {"pn0", "pn1"};
   const std::vector<uint16_t> ports = {free_port(), free_port()};
   const uint16_t prom_port = free_port();
-  std::ofstream(dir.path() / "prometheus.yml")
-      << "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
-         "scrape_configs:\n  - job_name: strata\n    static_configs:\n"
-         "      - targets: ['127.0.0.1:"
-      << ports[0] << "', '127.0.0.1:" << ports[1] << "']\n";
-  child_process prometheus(
-      {"prometheus", "--config.file=" + (dir.path() / "prometheus.yml").string(),
-       "--storage.tsdb.path=" + (dir.path() / "tsdb").string(),
-       "--web.listen-address=127.0.0.1:" + std::to_string(prom_port)},
-      dir.path() / "prometheus.log");
+  auto prometheus = start_prometheus(dir.path(), ports, prom_port);
   const auto manifest = dir.path() / "manifest.yaml";
   std::ofstream(manifest) << small_multi_node_manifest(dir.path(), names, ports, 40000, 60, 0.1);
   child_process strata({STRATA_BINARY, "launch", manifest.string()}, dir.path() / "launch.log");
 
-  double report_seen = 0;
-  for (auto deadline = std::chrono::steady_clock::now() + 90s;
-       std::chrono::steady_clock::now() < deadline;) {
-    ASSERT_TRUE(strata.running()) << strata.output();
-    if (strata.output().find("serving the final values") != std::string::npos) {
-      report_seen = now_unix();
-      break;
-    }
-    std::this_thread::sleep_for(100ms);
-  }
+  const double report_seen = wait_for_final_values(strata, 90s);
   ASSERT_GT(report_seen, 0) << "training did not finish in time:\n" << strata.output();
   const std::string out = strata.output();
   const auto tiers = report_tiers(out.substr(out.find("== report: cluster")));
@@ -204,13 +198,13 @@ TEST(PrometheusServer, ScrapesEveryNodeOfAMultiNodeCluster) {
     std::optional<sample> s;
     for (auto deadline = std::chrono::steady_clock::now() + 40s;
          std::chrono::steady_clock::now() < deadline;) {
-      ASSERT_TRUE(prometheus.running()) << prometheus.output();
+      ASSERT_TRUE(prometheus->running()) << prometheus->output();
       s = query(prom_port, "up{instance=\"127.0.0.1:" + std::to_string(ports[i]) + "\"}");
       if (s && s->timestamp > report_seen) break;
       std::this_thread::sleep_for(250ms);
     }
     ASSERT_TRUE(s && s->timestamp > report_seen) << "no scrape of node " << names[i] << " after "
-                                                 << "training:\n" << prometheus.output();
+                                                 << "training:\n" << prometheus->output();
     EXPECT_EQ(s->value, 1) << "node " << names[i] << " is not up";
   }
   // Shard i and cache i live on node i % 2 (placement: spread).

@@ -29,12 +29,6 @@ namespace {
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 
-uint16_t free_port() {
-  boost::asio::io_context io;
-  boost::asio::ip::tcp::acceptor a(io, {boost::asio::ip::make_address("127.0.0.1"), 0});
-  return a.local_endpoint().port();
-}
-
 // embedding_dim 3: rows of dim 4.
 constexpr uint32_t dim = 4;
 
@@ -76,8 +70,8 @@ void start(store_node& s, const fs::path& manifest, uint16_t port,
 
 TEST(Gateway, PushesAreAppliedExactlyAndSurviveAGracefulStop) {
   testing::temp_dir dir;
-  const uint16_t port = free_port();
-  const uint16_t ucx_port = free_port();
+  const uint16_t port = testing::free_port();
+  const uint16_t ucx_port = testing::free_port();
   const auto manifest = dir.path() / "store.yaml";
   std::ofstream(manifest) << store_manifest(dir.path(), port, "1", ucx_port);
   store_node s;
@@ -184,7 +178,7 @@ TEST(Gateway, PushesAreAppliedExactlyAndSurviveAGracefulStop) {
 // falls only if every backward pass reaches the shards.
 TEST(Gateway, PythonPushesAndTorchTrainsStrataEmbeddings) {
   testing::temp_dir dir;
-  const uint16_t port = free_port();
+  const uint16_t port = testing::free_port();
   const auto manifest = dir.path() / "store.yaml";
   std::ofstream(manifest) << store_manifest(dir.path(), port, "0.125");
   store_node s;

@@ -37,12 +37,6 @@ bool eventually(F&& done, std::chrono::milliseconds deadline) {
   return done();
 }
 
-uint16_t free_port() {
-  boost::asio::io_context io;
-  boost::asio::ip::tcp::acceptor a(io, {boost::asio::ip::make_address("127.0.0.1"), 0});
-  return a.local_endpoint().port();
-}
-
 std::string manifest(const fs::path& d, uint32_t epochs, uint16_t updates_port) {
   std::ostringstream m;
   m << "name: live\nmode: async\npartitions: 64\nthreads: 2\n"
@@ -65,10 +59,29 @@ std::string manifest(const fs::path& d, uint32_t epochs, uint16_t updates_port) 
 
 int run(const std::string& command) { return std::system(command.c_str()); }
 
+// Starts `strata serve MANIFEST` (output in d/serve.log); its pid and its
+// binary port once it wrote its port file (0 if it did not in time).
+std::pair<pid_t, uint16_t> start_serve(const std::string& bin, const fs::path& manifest,
+                                       const fs::path& d) {
+  const pid_t server = ::fork();
+  if (server == 0) {
+    std::freopen((d / "serve.log").c_str(), "w", stdout);
+    std::freopen((d / "serve.log").c_str(), "a", stderr);
+    ::execl(bin.c_str(), bin.c_str(), "serve", manifest.c_str(), "--port-file",
+            (d / "ports").c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  if (!eventually([&] { return fs::exists(d / "ports"); }, 60s)) return {server, 0};
+  std::ifstream in(d / "ports");
+  std::string line;
+  std::getline(in, line);
+  return {server, static_cast<uint16_t>(std::stoi(line.substr(7)))};
+}
+
 TEST(ServingEndToEnd, TrainServeAndKeepServingWhileTrainingUpdatesIt) {
   testing::temp_dir dir;
   const fs::path d = dir.path();
-  const uint16_t port = free_port();
+  const uint16_t port = testing::free_port();
   std::ofstream(d / "one-epoch.yaml") << manifest(d, 1, port);
   std::ofstream(d / "two-epochs.yaml") << manifest(d, 2, port);
   const std::string bin = STRATA_BINARY;
@@ -104,23 +117,8 @@ TEST(ServingEndToEnd, TrainServeAndKeepServingWhileTrainingUpdatesIt) {
   for (const auto& [k, v] : want) keys.push_back(k);
 
   // Serve it (with the second manifest: it subscribes to the updates port).
-  const pid_t server = ::fork();
-  if (server == 0) {
-    std::freopen((d / "serve.log").c_str(), "w", stdout);
-    std::freopen((d / "serve.log").c_str(), "a", stderr);
-    ::execl(bin.c_str(), bin.c_str(), "serve", (d / "two-epochs.yaml").c_str(), "--port-file",
-            (d / "ports").c_str(), static_cast<char*>(nullptr));
-    ::_exit(127);
-  }
-  ASSERT_TRUE(eventually([&] { return fs::exists(d / "ports"); }, 60s))
-      << std::ifstream(d / "serve.log").rdbuf();
-  uint16_t serve_port = 0;
-  {
-    std::ifstream in(d / "ports");
-    std::string line;
-    std::getline(in, line);
-    serve_port = static_cast<uint16_t>(std::stoi(line.substr(7)));
-  }
+  const auto [server, serve_port] = start_serve(bin, d / "two-epochs.yaml", d);
+  ASSERT_NE(serve_port, 0) << std::ifstream(d / "serve.log").rdbuf();
   auto c = client::serving_client::connect({{{"127.0.0.1", serve_port}}});
   ASSERT_TRUE(c.has_value());
   auto before = c->lookup("counts", keys);
@@ -190,7 +188,7 @@ std::string two_node_manifest(const fs::path& d, uint32_t epochs,
 TEST(ServingEndToEnd, ServingFollowsEveryNodeOfAMultiNodeTrainingCluster) {
   testing::temp_dir dir;
   const fs::path d = dir.path();
-  const std::vector<uint16_t> ports = {free_port(), free_port(), free_port(), free_port()};
+  const std::vector<uint16_t> ports = {testing::free_port(), testing::free_port(), testing::free_port(), testing::free_port()};
   std::ofstream(d / "one.yaml") << two_node_manifest(d, 1, ports);
   std::ofstream(d / "two.yaml") << two_node_manifest(d, 2, ports);
   const std::string bin = STRATA_BINARY;
@@ -223,23 +221,8 @@ TEST(ServingEndToEnd, ServingFollowsEveryNodeOfAMultiNodeTrainingCluster) {
   }
   ASSERT_GT(keys.size(), 100u);
 
-  const pid_t server = ::fork();
-  if (server == 0) {
-    std::freopen((d / "serve.log").c_str(), "w", stdout);
-    std::freopen((d / "serve.log").c_str(), "a", stderr);
-    ::execl(bin.c_str(), bin.c_str(), "serve", (d / "two.yaml").c_str(), "--port-file",
-            (d / "ports").c_str(), static_cast<char*>(nullptr));
-    ::_exit(127);
-  }
-  ASSERT_TRUE(eventually([&] { return fs::exists(d / "ports"); }, 60s))
-      << std::ifstream(d / "serve.log").rdbuf();
-  uint16_t serve_port = 0;
-  {
-    std::ifstream in(d / "ports");
-    std::string line;
-    std::getline(in, line);
-    serve_port = static_cast<uint16_t>(std::stoi(line.substr(7)));
-  }
+  const auto [server, serve_port] = start_serve(bin, d / "two.yaml", d);
+  ASSERT_NE(serve_port, 0) << std::ifstream(d / "serve.log").rdbuf();
   auto c = client::serving_client::connect({{{"127.0.0.1", serve_port}}});
   ASSERT_TRUE(c.has_value());
 

@@ -1,5 +1,8 @@
 #include "tests/tiers/test_util.hpp"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -52,6 +55,19 @@ std::vector<std::byte> make_records(const row_layout& layout, const std::vector<
       v[j] = static_cast<float>((keys[i] % 1000) * 10 + j) + static_cast<float>(salt) * 0.5f;
   }
   return out;
+}
+
+uint16_t free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  socklen_t len = sizeof addr;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
 }
 
 }  // namespace strata::testing

@@ -24,6 +24,10 @@ class temp_dir {
   std::filesystem::path path_;
 };
 
+// A loopback TCP port the kernel just handed out (bound to port 0 and
+// closed): free a moment ago, for a process the test is about to start.
+uint16_t free_port();
+
 // A table with the given dim and optimizer, a normal initializer, seed 7.
 table_config make_table(uint32_t dim, optimizer_kind optimizer = optimizer_kind::adagrad);
 
