@@ -86,7 +86,7 @@ std::vector<bad_manifest> table() {
        "m.yaml:13: shards.dram_bytes: expected a size like 64MiB, got \"lots\"", true},
       {"node_without_host", edit(8, "    hostname: 127.0.0.1"),
        "m.yaml:8: nodes[1].hostname: unknown key (expected one of: admin_port, devices, "
-       "dram_bytes, host, metrics_port, name, ssd_path, transport_port)",
+       "dram_bytes, host, metrics_port, name, ssd_path, transport_port, updates_port)",
        true},
       {"bad_placement", edit(12, "  placement: packed"),
        "m.yaml:12: shards.placement: expected \"spread\" or a list of node names, got \"packed\"",
