@@ -26,7 +26,7 @@ std::string serving_client::current_replica() const {
 }
 
 status serving_client::request(wire::frame_type type, std::span<const std::byte> payload,
-                               bool idempotent) {
+                               bool idempotent, wire::rows_reply* rows) {
   std::string last_error;
   const size_t n = options_.replicas.size();
   for (size_t attempt = 0; attempt <= n; ++attempt) {
@@ -43,7 +43,8 @@ status serving_client::request(wire::frame_type type, std::span<const std::byte>
       const uint64_t id = next_request_++;
       auto sent = socket_.send(type, id, payload);
       if (sent) {
-        auto received = socket_.receive_into(reply_);
+        auto received = rows ? socket_.receive_rows_into(reply_, *rows)
+                             : socket_.receive_into(reply_);
         if (received && reply_.header.request == id) {
           if (reply_.header.type != wire::frame_type::error) return {};
           auto e = wire::decode_error(reply_.payload);
@@ -85,16 +86,16 @@ status serving_client::lookup_into(const std::string& table, std::span<const uin
   w.text16(table);
   w.u32(static_cast<uint32_t>(keys.size()));
   w.raw(keys.data(), keys.size_bytes());
-  STRATA_TRY(request(wire::frame_type::lookup, payload_));
-  if (reply_.header.type != wire::frame_type::rows)
-    return error(errc::corrupt_data, current_replica() + ": lookup answered with frame type " +
-                                         std::to_string(int(reply_.header.type)));
+  // The rows land straight in `out`'s buffers (reused across calls).
   decoded_.versions.swap(out.versions);
   decoded_.weights.swap(out.weights);
-  auto ok = wire::decode_rows_into(reply_.payload, decoded_);
+  auto ok = request(wire::frame_type::lookup, payload_, true, &decoded_);
   decoded_.versions.swap(out.versions);
   decoded_.weights.swap(out.weights);
   if (!ok) return ok;
+  if (reply_.header.type != wire::frame_type::rows)
+    return error(errc::corrupt_data, current_replica() + ": lookup answered with frame type " +
+                                         std::to_string(int(reply_.header.type)));
   out.dim = decoded_.dim;
   if (out.versions.size() != keys.size())
     return error(errc::corrupt_data, current_replica() + ": " +

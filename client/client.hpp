@@ -66,8 +66,9 @@ class serving_client {
  private:
   explicit serving_client(client_options options) : options_(std::move(options)) {}
   // Sends a request and leaves the reply in reply_ (failing over on a broken connection).
+  // With `rows`, a rows reply is read straight into it.
   status request(wire::frame_type type, std::span<const std::byte> payload,
-                 bool idempotent = true);
+                 bool idempotent = true, wire::rows_reply* rows = nullptr);
   client_options options_;
   size_t current_ = 0;
   wire::frame_socket socket_;

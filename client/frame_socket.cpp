@@ -138,6 +138,52 @@ status frame_socket::receive_into(frame& out, uint32_t max_payload) {
   return {};
 }
 
+status frame_socket::receive_rows_into(frame& out, rows_reply& rows, uint32_t max_payload) {
+  std::array<std::byte, header_bytes> head;
+  boost::system::error_code ec;
+  asio::read(impl_->socket, asio::buffer(head.data(), head.size()), ec);
+  if (ec) return error(errc::unavailable, impl_->peer + ": receive failed: " + ec.message());
+  auto header = parse_header(std::span<const std::byte, header_bytes>(head), max_payload);
+  if (!header) return error(header.err().code(), impl_->peer + ": " + header.err().message());
+  out.header = *header;
+  auto fail = [&](const std::string& what) {
+    close();  // the stream cannot be resynchronized
+    return error(errc::corrupt_data, impl_->peer + ": rows payload: " + what);
+  };
+  if (header->type != frame_type::rows) {
+    out.payload.resize(header->length);
+    if (header->length) {
+      asio::read(impl_->socket, asio::buffer(out.payload.data(), out.payload.size()), ec);
+      if (ec) return error(errc::unavailable, impl_->peer + ": receive failed: " + ec.message());
+    }
+    auto ok = check_payload(out.header, out.payload);
+    if (!ok) return error(ok.err().code(), impl_->peer + ": " + ok.err().message());
+    return {};
+  }
+  out.payload.clear();
+  if (header->length < 8) return fail("truncated at byte 0 (field 'dim')");
+  uint32_t counts[2];
+  asio::read(impl_->socket, asio::buffer(counts, sizeof counts), ec);
+  if (ec) return error(errc::unavailable, impl_->peer + ": receive failed: " + ec.message());
+  const uint64_t n = counts[1], dim = counts[0];
+  const uint64_t want = 8 + n * 8 + n * dim * 4;
+  if (want != header->length)
+    return fail(std::to_string(n) + " rows of dim " + std::to_string(dim) + " need " +
+                std::to_string(want) + " bytes, the frame has " + std::to_string(header->length));
+  rows.dim = counts[0];
+  rows.versions.resize(n);
+  rows.weights.resize(n * dim);
+  const std::array<asio::mutable_buffer, 2> parts = {
+      asio::buffer(rows.versions.data(), n * 8), asio::buffer(rows.weights.data(), n * dim * 4)};
+  asio::read(impl_->socket, parts, ec);
+  if (ec) return error(errc::unavailable, impl_->peer + ": receive failed: " + ec.message());
+  uint32_t crc = crc32c(counts, sizeof counts);
+  crc = crc32c_extend(crc, rows.versions.data(), n * 8);
+  crc = crc32c_extend(crc, rows.weights.data(), n * dim * 4);
+  if (crc != header->crc) return fail("CRC32C mismatch");
+  return {};
+}
+
 void frame_socket::close() {
   // Only shutdown here: it is safe while another thread is blocked in a
   // read on this socket (which then fails); the descriptor is closed by

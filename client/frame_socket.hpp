@@ -58,6 +58,11 @@ class frame_socket {
   expected<frame> receive(uint32_t max_payload = max_payload_bytes);
   // The same into `out`, reusing its payload buffer.
   status receive_into(frame& out, uint32_t max_payload = max_payload_bytes);
+  // The same, but a rows frame's versions and weights are read straight
+  // into `rows` (no payload buffer, no decode copy; the checksum runs over
+  // the parts); any other frame type lands in `out` as receive_into does.
+  status receive_rows_into(frame& out, rows_reply& rows,
+                           uint32_t max_payload = max_payload_bytes);
   // Shuts the connection down; a blocked receive returns an error.
   void close();
 

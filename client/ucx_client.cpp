@@ -25,6 +25,8 @@ expected<std::unique_ptr<ucx_client>> ucx_client::connect(const wire::endpoint& 
   transport::bridge_config bc;
   // Unique among the server's peers: pid and a per-process counter.
   bc.node_name = "client-" + std::to_string(::getpid()) + "-" + std::to_string(clients++);
+  // A client waits for its replies: poll a while before sleeping.
+  bc.spin_after_activity = std::chrono::microseconds(500);
   auto bridge = transport::node_bridge::start(bc, [](transport::inbound_frame) {});
   if (!bridge) return bridge.err();
   c->bridge_ = std::move(*bridge);

@@ -22,10 +22,10 @@
 
 #include "client/client.hpp"
 #include "client/ucx_client.hpp"
-#include "serving/transport_endpoint.hpp"
 #include "serving/binary_server.hpp"
 #include "serving/http_server.hpp"
 #include "serving/service.hpp"
+#include "serving/transport_endpoint.hpp"
 #include "serving/update_stream.hpp"
 #include "tests/serving/serving_test_util.hpp"
 #include "tests/tiers/test_util.hpp"
@@ -170,6 +170,55 @@ TEST(ServingServer, LookupsOverTheUcxTransportMatchTheCheckpoint) {
   ASSERT_FALSE(push.has_value());
   EXPECT_NE(push.err().message().find("takes no gradients"), std::string::npos)
       << push.err().message();
+}
+
+// The client reads rows replies straight into its buffers; a reply
+// damaged on the way (a flipped bit after the checksum) or lying about its
+// row count is rejected with the reason, never returned as rows.
+TEST(ServingClient, DamagedRowsRepliesAreRejected) {
+  using boost::asio::ip::tcp;
+  boost::asio::io_context io;
+  tcp::acceptor acceptor(io, {boost::asio::ip::make_address("127.0.0.1"), 0});
+  const uint16_t port = acceptor.local_endpoint().port();
+  std::thread fake([&] {
+    // A damaged reply is a broken connection to the client: it reconnects
+    // and retries once (one replica). Two replies with a flipped weight
+    // bit, then two claiming 3 rows.
+    for (int reply = 0; reply < 4; ++reply) {
+      tcp::socket s(io);
+      acceptor.accept(s);
+      std::array<std::byte, wire::header_bytes> head;
+      boost::asio::read(s, boost::asio::buffer(head));
+      uint32_t length = 0;
+      uint64_t request = 0;
+      std::memcpy(&length, head.data() + 8, 4);
+      std::memcpy(&request, head.data() + 16, 8);
+      std::vector<std::byte> body(length);
+      boost::asio::read(s, boost::asio::buffer(body));
+      std::vector<std::byte> payload, frame;
+      const std::vector<uint64_t> versions = {7};
+      const std::vector<float> weights = {1.0f, 2.0f};
+      wire::encode_rows(payload, 2, versions, weights);
+      if (reply >= 2) payload[4] = std::byte{3};  // n = 3, with the bytes of one row
+      wire::append_frame(frame, wire::frame_type::rows, request, payload);
+      if (reply < 2) frame.back() ^= std::byte{1};
+      boost::asio::write(s, boost::asio::buffer(frame));
+    }
+  });
+  client::client_options o;
+  o.replicas = {{"127.0.0.1", port}};
+  auto c = client::serving_client::connect(o);
+  ASSERT_TRUE(c.has_value());
+  client::rows r;
+  auto flipped = c->lookup_into("ads", std::vector<uint64_t>{1}, r);
+  ASSERT_FALSE(flipped.has_value());
+  EXPECT_NE(flipped.err().message().find("CRC32C mismatch"), std::string::npos)
+      << flipped.err().message();
+  auto lying = c->lookup_into("ads", std::vector<uint64_t>{1}, r);
+  ASSERT_FALSE(lying.has_value());
+  EXPECT_NE(lying.err().message().find("3 rows of dim 2 need"), std::string::npos)
+      << lying.err().message();
+  fake.join();
 }
 
 TEST(ServingServer, BinaryErrorsNameTheProblem) {
