@@ -1,13 +1,18 @@
 #include "deploy/multi_node.hpp"
 
 #include "actors/coordinator_actor.hpp"
+#include "common/crc32c.hpp"
+#include "transport/codec.hpp"
 
 #include <arpa/inet.h>
 
 #include <caf/all.hpp>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
+#include <fstream>
 #include <future>
+#include <iterator>
 #include <thread>
 
 namespace strata::deploy {
@@ -26,6 +31,12 @@ std::string index_list(const std::vector<std::string>& nodes, const std::string&
   for (size_t i = 0; i < nodes.size(); ++i)
     if (nodes[i] == me) out += (out.empty() ? "" : ", ") + std::to_string(i);
   return out.empty() ? "none" : out;
+}
+
+std::string hex(uint64_t v) {
+  char text[20];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(v));
+  return text;
 }
 
 std::chrono::milliseconds left_until(clock_type::time_point deadline) {
@@ -60,6 +71,10 @@ expected<std::unique_ptr<node_membership>> node_membership::create(const manifes
                        "' needs a fixed transport port in a cluster of several nodes (its peers "
                        "connect to it)");
   n->coordinator_ = m.nodes.front().name;
+  // The manifest file's bytes: every node must run the same cluster.
+  std::ifstream in(m.file, std::ios::binary);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  n->fingerprint_ = crc32c(text.data(), text.size()) | uint64_t{text.size()} << 32;
   for (const auto& owner : m.shard_nodes) n->hosted_shards_.push_back(owner == node);
   return n;
 }
@@ -206,15 +221,28 @@ status node_membership::join(const actors::training_cluster& cluster) {
     if (cluster.worker_here[i])
       transport_->export_worker(targets::worker_base + i, cluster.workers[i]);
   if (cluster.dense_here) transport_->export_dense(targets::dense, cluster.dense);
-  transport_->export_notice(targets::finished, [this](const std::string& peer) {
-    if (peer != coordinator_) return;
-    {
-      std::lock_guard lock(mu_);
-      finished_ = true;
-    }
-    cv_.notify_all();
-  });
-  transport_->export_echo(targets::ready);
+  transport_->export_notice(targets::finished,
+                            [this](const std::string& peer, std::span<const std::byte>) {
+                              if (peer != coordinator_) return std::string();
+                              {
+                                std::lock_guard lock(mu_);
+                                finished_ = true;
+                              }
+                              cv_.notify_all();
+                              return std::string();
+                            });
+  // Readiness: the coordinator's node asks with its manifest's fingerprint;
+  // a node started from another manifest refuses to join, saying so.
+  transport_->export_notice(
+      targets::ready, [this](const std::string& peer, std::span<const std::byte> payload) {
+        uint64_t theirs = 0;
+        if (payload.size() != sizeof theirs) return std::string();  // an old-style probe
+        std::memcpy(&theirs, payload.data(), sizeof theirs);
+        if (theirs == fingerprint_) return std::string();
+        return "node '" + me_ + "' runs another manifest than node '" + peer + "' (" +
+               m_.file.string() + ": fingerprint " + hex(fingerprint_) + ", theirs " +
+               hex(theirs) + "): start every node with the same manifest file";
+      });
   transport_->release_inbound();
   if (!runs_coordinator()) return {};
 
@@ -233,13 +261,24 @@ status node_membership::join(const actors::training_cluster& cluster) {
                                         " s: " + last);
       auto answer = std::make_shared<std::promise<expected<bool>>>();
       auto future = answer->get_future();
-      auto sent = bridge.request(peer.name, transport::frame_type::echo, targets::ready, {},
+      std::vector<std::byte> probe(sizeof fingerprint_);
+      std::memcpy(probe.data(), &fingerprint_, sizeof fingerprint_);
+      auto sent = bridge.request(peer.name, transport::frame_type::echo, targets::ready,
+                                 std::move(probe),
                                  [answer](expected<transport::inbound_frame> r) {
-                                   if (!r)
+                                   if (!r) {
                                      answer->set_value(r.err());
-                                   else
-                                     answer->set_value(r->header.type ==
-                                                       transport::frame_type::reply);
+                                   } else if (r->header.type == transport::frame_type::reply) {
+                                     answer->set_value(true);
+                                   } else {
+                                     // Not exported yet, or refused: the text says which.
+                                     std::string text;
+                                     (void)transport::decode_payload(r->payload, text);
+                                     if (text.find("another manifest") != std::string::npos)
+                                       answer->set_value(error(errc::format_mismatch, text));
+                                     else
+                                       answer->set_value(false);
+                                   }
                                  });
       if (!sent) return sent.err();
       if (future.wait_for(left) != std::future_status::ready) continue;

@@ -15,6 +15,8 @@
 //   under fixed target numbers (a worker elsewhere pulls the dense model as
 //   soon as it is spawned), then answers a readiness echo; the
 //   coordinator's node starts training only once every node answers it.
+//   The probe carries the manifest file's fingerprint: a node started from
+//   another manifest refuses, and the coordinator's node fails naming it.
 // - End: a member node serves until the coordinator's node tells it that
 //   training ended and everything is drained (a `finished` notice, answered
 //   before the coordinator's node says goodbye): a clean end. Losing the
@@ -96,6 +98,7 @@ class node_membership {
   std::string me_, coordinator_;
   size_t my_index_ = 0;
   std::vector<bool> hosted_shards_;
+  uint64_t fingerprint_ = 0;  // of the manifest file (size and CRC32C)
   std::unique_ptr<transport::node_transport> transport_;
   std::chrono::steady_clock::time_point deadline_;
 

@@ -172,6 +172,12 @@ struct node_bridge::impl {
     // previous run's connections to leave TIME_WAIT: let the TCP connection
     // manager's listener reuse the address (unless the user chose).
     ::setenv("UCX_TCP_CM_REUSEADDR", "y", /*overwrite=*/0);
+    // UCX 1.13's CMA transport (same-host rendezvous by process_vm_readv)
+    // aborts the whole process when the peer dies mid-transfer ("No such
+    // process" is fatal there): a killed node would take its peers down.
+    // Same-host rendezvous goes through shared-memory fragments instead
+    // (unless the user chose the transports).
+    ::setenv("UCX_TLS", "^cma", /*overwrite=*/0);
     if (auto s = ucp_config_read(nullptr, nullptr, &ucp_config); s != UCS_OK) {
       return error(errc::unavailable, std::string("UCX config: ") + ucs_status_string(s));
     }

@@ -486,7 +486,7 @@ void node_transport::dispatch(inbound_frame frame) {
                      frame_ptr(std::make_shared<inbound_frame>(std::move(frame))));
     return;  // one-way: nobody to tell about a stray report
   }
-  std::function<void(const std::string&)> notice;
+  notice_fn notice;
   {
     std::lock_guard lock(mu_);
     if (auto it = relays_.find(frame.header.target); it != relays_.end()) relay = it->second;
@@ -496,7 +496,12 @@ void node_transport::dispatch(inbound_frame frame) {
       echo = true;
     }
   }
-  if (notice && frame.header.type == frame_type::echo) notice(frame.peer);
+  if (notice && frame.header.type == frame_type::echo) {
+    if (auto refused = notice(frame.peer, frame.payload); !refused.empty()) {
+      reply_error(*bridge_, frame, refused);
+      return;
+    }
+  }
   if (echo) {
     if (frame.header.type == frame_type::echo) {
       bridge_->reply(frame.peer, frame.header.request_id, frame_type::reply,
@@ -540,8 +545,7 @@ void node_transport::export_worker(uint32_t target, actors::worker_actor worker)
   relays_[target] = relay;
 }
 
-void node_transport::export_notice(uint32_t target,
-                                   std::function<void(const std::string& peer)> notice) {
+void node_transport::export_notice(uint32_t target, notice_fn notice) {
   std::lock_guard lock(mu_);
   notices_[target] = std::move(notice);
 }

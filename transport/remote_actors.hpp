@@ -25,6 +25,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -60,10 +61,13 @@ class node_transport {
   // Answers echo frames to `target` with their payload and drops sink
   // frames (tests and benchmarks of the transport itself).
   void export_echo(uint32_t target);
-  // Echo frames to `target` call `notice(peer)` (on the bridge's progress
-  // thread: it must return quickly), then are answered: a peer that got the
-  // answer knows this node was told.
-  void export_notice(uint32_t target, std::function<void(const std::string& peer)> notice);
+  // Echo frames to `target` call `notice(peer, payload)` (on the bridge's
+  // progress thread: it must return quickly); an empty answer replies with
+  // the payload (the peer knows this node was told), a non-empty one is
+  // the error text the peer's request fails with.
+  using notice_fn =
+      std::function<std::string(const std::string& peer, std::span<const std::byte> payload)>;
+  void export_notice(uint32_t target, notice_fn notice);
   // Delivers the frames held since start (in order), then every frame as
   // it arrives. Idempotent.
   void release_inbound();
@@ -87,7 +91,7 @@ class node_transport {
   std::mutex mu_;
   std::unordered_map<uint32_t, caf::actor> relays_;  // target -> relay actor
   std::unordered_map<uint32_t, bool> echo_targets_;
-  std::unordered_map<uint32_t, std::function<void(const std::string&)>> notices_;
+  std::unordered_map<uint32_t, notice_fn> notices_;
   // Worker proxies by (peer, target): where worker_progress frames go.
   std::map<std::pair<std::string, uint32_t>, caf::actor> upstream_;
   bool holding_ = false;

@@ -270,5 +270,40 @@ TEST(MultiNode, KilledNodeRestartsTheClusterFromACheckpointWithExactSums) {
   expect_exact_sums_after(manifest, checkpoints);
 }
 
+// Nodes started from different manifests (here: one extra comment line)
+// never train together: the coordinator's node fails naming the node and
+// the mismatch, and the other node exits too instead of waiting forever.
+TEST(MultiNode, NodesOfDifferentManifestsRefuseToJoin) {
+  temp_dir dir;
+  cluster_spec spec;
+  spec.name = "mixed";
+  spec.nodes = 2;
+  spec.shards = spec.caches = spec.workers = 2;
+  const auto manifest = write_manifest(dir.path(), spec);
+  const auto other = dir.path() / "mixed-edited.yaml";
+  {
+    std::ifstream in(manifest);
+    std::ofstream out(other);
+    out << in.rdbuf() << "# edited on one host only\n";
+  }
+  // The coordinator's node first: it generates the data the other reads.
+  strata_process n0({"node", "--manifest", manifest.string(), "--node", "n0"},
+                    dir.path() / "n0.out", dir.path() / "n0.err");
+  ASSERT_TRUE(poll_until([&] { return n0.out().find("transport: node n0 listening") !=
+                                      std::string::npos; },
+                         run_deadline_s))
+      << n0.out() << n0.err();
+  strata_process n1({"node", "--manifest", other.string(), "--node", "n1"},
+                    dir.path() / "n1.out", dir.path() / "n1.err");
+  auto st0 = n0.wait(120);
+  auto st1 = n1.wait(60);
+  ASSERT_TRUE(st0 && st1) << n0.err() << n1.err();
+  EXPECT_NE(*st0, 0);
+  EXPECT_NE(*st1, 0);
+  EXPECT_NE(n0.err().find("node 'n1' runs another manifest than node 'n0'"), std::string::npos)
+      << n0.err();
+  EXPECT_EQ(n0.out().find("cluster: all 2 nodes ready"), std::string::npos) << n0.out();
+}
+
 }  // namespace
 }  // namespace strata
