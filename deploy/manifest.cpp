@@ -1016,8 +1016,11 @@ expected<std::string> admin_token(const manifest& m) {
   if (m.admin.token_file.empty()) return m.admin.token;
   std::ifstream in(m.admin.token_file);
   if (!in)
-    return error(errc::io_error, m.file.string() + ": admin.token_file: cannot read " +
-                                     m.admin.token_file.string());
+    return error(errc::io_error,
+                 m.file.string() + ": admin.token_file: cannot read " +
+                     m.admin.token_file.string() +
+                     " (create it with the admin token, e.g. `openssl rand -hex 16 > " +
+                     m.admin.token_file.string() + "`)");
   std::string token((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   while (!token.empty() && std::isspace(static_cast<unsigned char>(token.back()))) token.pop_back();
   while (!token.empty() && std::isspace(static_cast<unsigned char>(token.front())))
