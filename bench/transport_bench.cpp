@@ -108,8 +108,10 @@ exchange_result run_exchange(caf::actor_system& system, const shard_actor& shard
 double ucx_perftest_gbs(const std::string& mode, size_t bytes, uint32_t iterations) {
   const std::string binary = "/usr/bin/ucx_perftest";
   if (::access(binary.c_str(), X_OK) != 0) return 0;
+  // The same connection type as the bridge's: TCP, or shared memory
+  // without CMA (node_bridge turns it off, docs/transport.md).
   std::vector<std::string> env{"UCX_NET_DEVICES=lo"};
-  if (mode == "tcp") env.push_back("UCX_TLS=tcp");
+  env.push_back(mode == "tcp" ? "UCX_TLS=tcp" : "UCX_TLS=^cma");
   const std::string port = std::to_string(20000 + ::getpid() % 20000);
   const std::vector<std::string> common{
       "-t", "ucp_am_bw", "-s", std::to_string(bytes), "-n", std::to_string(iterations), "-p", port};

@@ -87,16 +87,10 @@ status serving_client::lookup_into(const std::string& table, std::span<const uin
   w.u32(static_cast<uint32_t>(keys.size()));
   w.raw(keys.data(), keys.size_bytes());
   // The rows land straight in `out`'s buffers (reused across calls).
-  decoded_.versions.swap(out.versions);
-  decoded_.weights.swap(out.weights);
-  auto ok = request(wire::frame_type::lookup, payload_, true, &decoded_);
-  decoded_.versions.swap(out.versions);
-  decoded_.weights.swap(out.weights);
-  if (!ok) return ok;
+  STRATA_TRY(request(wire::frame_type::lookup, payload_, true, &out));
   if (reply_.header.type != wire::frame_type::rows)
     return error(errc::corrupt_data, current_replica() + ": lookup answered with frame type " +
                                          std::to_string(int(reply_.header.type)));
-  out.dim = decoded_.dim;
   if (out.versions.size() != keys.size())
     return error(errc::corrupt_data, current_replica() + ": " +
                                          std::to_string(out.versions.size()) + " rows for " +

@@ -32,11 +32,10 @@ struct client_options {
   std::chrono::milliseconds timeout{5000};  // per request, on one replica
 };
 
-struct rows {
-  uint32_t dim = 0;
-  std::vector<float> weights;      // n x dim, in key order
-  std::vector<uint64_t> versions;  // 0: the table's default vector
-};
+// A lookup's answer: dim, then per key its version (0: the table's default
+// vector) and its dim weights, in key order. The protocol's own reply type,
+// so replies are read straight into it.
+using rows = wire::rows_reply;
 
 class serving_client {
  public:
@@ -77,7 +76,6 @@ class serving_client {
   uint64_t failovers_ = 0;
   wire::frame reply_;
   std::vector<std::byte> payload_;
-  wire::rows_reply decoded_;
 };
 
 }  // namespace strata::client

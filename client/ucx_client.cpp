@@ -63,14 +63,7 @@ status ucx_client::lookup_into(const std::string& table, std::span<const uint64_
   wire::encode(payload, wire::key_request{table, {keys.begin(), keys.end()}});
   auto reply = call(static_cast<int>(frame_type::serve_lookup), std::move(payload));
   if (!reply) return reply.err();
-  wire::rows_reply decoded;
-  decoded.versions.swap(out.versions);
-  decoded.weights.swap(out.weights);
-  auto ok = wire::decode_rows_into(*reply, decoded);
-  decoded.versions.swap(out.versions);
-  decoded.weights.swap(out.weights);
-  if (!ok) return ok;
-  out.dim = decoded.dim;
+  STRATA_TRY(wire::decode_rows_into(*reply, out));
   if (out.versions.size() != keys.size())
     return error(errc::corrupt_data, "node '" + server_ + "': " +
                                          std::to_string(out.versions.size()) + " rows for " +

@@ -3,6 +3,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <cstdlib>
 
 #include "deploy/commands.hpp"
 #include "deploy/version.hpp"
@@ -15,6 +16,11 @@ int main(int argc, char** argv) {
   // after the copy itself. Keep them in the heap (docs/transport.md).
   mallopt(M_MMAP_THRESHOLD, 64 << 20);
   mallopt(M_TRIM_THRESHOLD, 512 << 20);
+  // A node restarted on its fixed transport port must not wait a minute for
+  // the previous run's connections to leave TIME_WAIT: UCX's TCP connection
+  // manager reuses the address. Set before any thread starts (setenv is not
+  // safe beside readers), and only if the user chose nothing.
+  ::setenv("UCX_TCP_CM_REUSEADDR", "y", /*overwrite=*/0);
   CLI::App app{
       "strata: a hierarchical (HBM -> DRAM -> SSD) parameter server for sparse embeddings"};
   app.require_subcommand(1);

@@ -2,7 +2,6 @@
 
 #include "actors/coordinator_actor.hpp"
 #include "common/crc32c.hpp"
-#include "transport/codec.hpp"
 
 #include <arpa/inet.h>
 
@@ -221,27 +220,25 @@ status node_membership::join(const actors::training_cluster& cluster) {
     if (cluster.worker_here[i])
       transport_->export_worker(targets::worker_base + i, cluster.workers[i]);
   if (cluster.dense_here) transport_->export_dense(targets::dense, cluster.dense);
-  transport_->export_notice(targets::finished,
-                            [this](const std::string& peer, std::span<const std::byte>) {
-                              if (peer != coordinator_) return std::string();
-                              {
-                                std::lock_guard lock(mu_);
-                                finished_ = true;
-                              }
-                              cv_.notify_all();
-                              return std::string();
-                            });
-  // Readiness: the coordinator's node asks with its manifest's fingerprint;
-  // a node started from another manifest refuses to join, saying so.
   transport_->export_notice(
-      targets::ready, [this](const std::string& peer, std::span<const std::byte> payload) {
-        uint64_t theirs = 0;
-        if (payload.size() != sizeof theirs) return std::string();  // an old-style probe
-        std::memcpy(&theirs, payload.data(), sizeof theirs);
-        if (theirs == fingerprint_) return std::string();
-        return "node '" + me_ + "' runs another manifest than node '" + peer + "' (" +
-               m_.file.string() + ": fingerprint " + hex(fingerprint_) + ", theirs " +
-               hex(theirs) + "): start every node with the same manifest file";
+      targets::finished,
+      [this](const std::string& peer, std::span<const std::byte>) -> expected<std::vector<std::byte>> {
+        if (peer == coordinator_) {
+          {
+            std::lock_guard lock(mu_);
+            finished_ = true;
+          }
+          cv_.notify_all();
+        }
+        return std::vector<std::byte>{};
+      });
+  // Readiness: answered (once everything is exported) with this node's
+  // manifest fingerprint, which the coordinator's node compares with its own.
+  transport_->export_notice(
+      targets::ready, [this](const std::string&, std::span<const std::byte>) {
+        std::vector<std::byte> mine(sizeof fingerprint_);
+        std::memcpy(mine.data(), &fingerprint_, sizeof fingerprint_);
+        return expected<std::vector<std::byte>>(std::move(mine));
       });
   transport_->release_inbound();
   if (!runs_coordinator()) return {};
@@ -259,32 +256,36 @@ status node_membership::join(const actors::training_cluster& cluster) {
                                         "' did not become ready within " +
                                         std::to_string(m_.transport.join_timeout_seconds) +
                                         " s: " + last);
-      auto answer = std::make_shared<std::promise<expected<bool>>>();
+      // The peer's manifest fingerprint, nullopt if it is not ready yet.
+      auto answer = std::make_shared<std::promise<expected<std::optional<uint64_t>>>>();
       auto future = answer->get_future();
-      std::vector<std::byte> probe(sizeof fingerprint_);
-      std::memcpy(probe.data(), &fingerprint_, sizeof fingerprint_);
-      auto sent = bridge.request(peer.name, transport::frame_type::echo, targets::ready,
-                                 std::move(probe),
+      auto sent = bridge.request(peer.name, transport::frame_type::echo, targets::ready, {},
                                  [answer](expected<transport::inbound_frame> r) {
                                    if (!r) {
                                      answer->set_value(r.err());
-                                   } else if (r->header.type == transport::frame_type::reply) {
-                                     answer->set_value(true);
-                                   } else {
-                                     // Not exported yet, or refused: the text says which.
-                                     std::string text;
-                                     (void)transport::decode_payload(r->payload, text);
-                                     if (text.find("another manifest") != std::string::npos)
-                                       answer->set_value(error(errc::format_mismatch, text));
-                                     else
-                                       answer->set_value(false);
+                                     return;
                                    }
+                                   uint64_t theirs = 0;
+                                   if (r->header.type != transport::frame_type::reply ||
+                                       r->payload.size() != sizeof theirs) {
+                                     answer->set_value(std::optional<uint64_t>());  // not ready yet
+                                     return;
+                                   }
+                                   std::memcpy(&theirs, r->payload.data(), sizeof theirs);
+                                   answer->set_value(std::optional<uint64_t>(theirs));
                                  });
       if (!sent) return sent.err();
       if (future.wait_for(left) != std::future_status::ready) continue;
       auto ready = future.get();
       if (!ready) return ready.err();
-      if (*ready) break;
+      if (*ready) {
+        if (**ready != fingerprint_)
+          return error(errc::format_mismatch,
+                       "node '" + peer.name + "' runs another manifest than node '" + me_ + "' (" +
+                           m_.file.string() + ": fingerprint " + hex(fingerprint_) + ", theirs " +
+                           hex(**ready) + "): start every node with the same manifest file");
+        break;
+      }
       last = "it has not exported its actors yet";
       std::this_thread::sleep_for(retry_pause);
     }

@@ -15,8 +15,8 @@
 //   under fixed target numbers (a worker elsewhere pulls the dense model as
 //   soon as it is spawned), then answers a readiness echo; the
 //   coordinator's node starts training only once every node answers it.
-//   The probe carries the manifest file's fingerprint: a node started from
-//   another manifest refuses, and the coordinator's node fails naming it.
+//   The answer carries the node's manifest fingerprint: a node started from
+//   another manifest makes the coordinator's node fail, naming it.
 // - End: a member node serves until the coordinator's node tells it that
 //   training ended and everything is drained (a `finished` notice, answered
 //   before the coordinator's node says goodbye): a clean end. Losing the

@@ -168,19 +168,29 @@ struct node_bridge::impl {
 
   status init() {
     ucp_config_t* ucp_config = nullptr;
-    // A node restarted on its fixed port must not wait a minute for the
-    // previous run's connections to leave TIME_WAIT: let the TCP connection
-    // manager's listener reuse the address (unless the user chose).
-    ::setenv("UCX_TCP_CM_REUSEADDR", "y", /*overwrite=*/0);
-    // UCX 1.13's CMA transport (same-host rendezvous by process_vm_readv)
-    // aborts the whole process when the peer dies mid-transfer ("No such
-    // process" is fatal there): a killed node would take its peers down.
-    // Same-host rendezvous goes through shared-memory fragments instead
-    // (unless the user chose the transports).
-    ::setenv("UCX_TLS", "^cma", /*overwrite=*/0);
     if (auto s = ucp_config_read(nullptr, nullptr, &ucp_config); s != UCS_OK) {
       return error(errc::unavailable, std::string("UCX config: ") + ucs_status_string(s));
     }
+    // This context's setting, not the process environment (other threads
+    // read it; children would inherit it), and only where the user's
+    // environment chose nothing: UCX 1.13's CMA transport (same-host
+    // rendezvous by process_vm_readv) aborts the whole process when the
+    // peer dies mid-transfer ("No such process" is fatal there), so a
+    // killed node would take its peers down; same-host rendezvous goes
+    // through shared-memory fragments instead. (The listener's address
+    // reuse is a connection-manager option that ucp_config_modify does not
+    // reach in UCX 1.13: the strata binary sets UCX_TCP_CM_REUSEADDR at
+    // start, deploy/main.cpp.)
+    auto set_default = [&](const char* env, const char* name, const char* value) -> status {
+      if (::getenv(env) != nullptr) return {};
+      if (auto s = ucp_config_modify(ucp_config, name, value); s != UCS_OK) {
+        ucp_config_release(ucp_config);
+        return error(errc::unavailable, std::string("UCX config ") + name + "=" + value + ": " +
+                                            ucs_status_string(s));
+      }
+      return {};
+    };
+    STRATA_TRY(set_default("UCX_TLS", "TLS", "^cma"));
     ucp_params_t params{};
     params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME;
     params.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;

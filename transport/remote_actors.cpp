@@ -497,10 +497,12 @@ void node_transport::dispatch(inbound_frame frame) {
     }
   }
   if (notice && frame.header.type == frame_type::echo) {
-    if (auto refused = notice(frame.peer, frame.payload); !refused.empty()) {
-      reply_error(*bridge_, frame, refused);
-      return;
-    }
+    auto answer = notice(frame.peer, frame.payload);
+    if (!answer)
+      reply_error(*bridge_, frame, answer.err().message());
+    else
+      bridge_->reply(frame.peer, frame.header.request_id, frame_type::reply, std::move(*answer));
+    return;
   }
   if (echo) {
     if (frame.header.type == frame_type::echo) {

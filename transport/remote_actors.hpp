@@ -62,11 +62,11 @@ class node_transport {
   // frames (tests and benchmarks of the transport itself).
   void export_echo(uint32_t target);
   // Echo frames to `target` call `notice(peer, payload)` (on the bridge's
-  // progress thread: it must return quickly); an empty answer replies with
-  // the payload (the peer knows this node was told), a non-empty one is
-  // the error text the peer's request fails with.
-  using notice_fn =
-      std::function<std::string(const std::string& peer, std::span<const std::byte> payload)>;
+  // progress thread: it must return quickly) and are answered with what it
+  // returns: the reply's payload, or an error text the peer's request
+  // fails with.
+  using notice_fn = std::function<expected<std::vector<std::byte>>(
+      const std::string& peer, std::span<const std::byte> payload)>;
   void export_notice(uint32_t target, notice_fn notice);
   // Delivers the frames held since start (in order), then every frame as
   // it arrives. Idempotent.

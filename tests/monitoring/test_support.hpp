@@ -3,7 +3,7 @@
 //   child_process  fork/exec with stdout+stderr to a file; the destructor
 //                  kills it (SIGTERM, then SIGKILL) and reaps it, so a
 //                  failing test never leaves a process behind;
-//   free_port      a loopback port the kernel just handed out (bind to 0);
+//   free_port      a loopback port free a moment ago, below the ephemeral range;
 //   http_get       a plain HTTP/1.0 GET on loopback (no client library);
 //   parse_exposition  Prometheus text format -> series -> value.
 #pragma once

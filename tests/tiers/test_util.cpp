@@ -58,16 +58,26 @@ std::vector<std::byte> make_records(const row_layout& layout, const std::vector<
 }
 
 uint16_t free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  socklen_t len = sizeof addr;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
+  // Below the kernel's ephemeral range (32768-60999 by default): a port
+  // handed out by bind(0) is in that range, and an outgoing connection of
+  // a test running beside this one may take it before the process the
+  // port is for binds it. Here only another test's free_port can collide,
+  // and the random start makes that unlikely.
+  static std::atomic<uint32_t> calls{0};
+  std::mt19937 rng(static_cast<uint32_t>(::getpid()) * 2654435761u + calls++);
+  constexpr uint16_t low = 20000, span = 12000;
+  for (int attempt = 0; attempt < 200; ++attempt) {
+    const auto port = static_cast<uint16_t>(low + rng() % span);
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(port);
+    const bool free = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+    ::close(fd);
+    if (free) return port;
+  }
+  return 0;  // the caller's bind then fails, naming the port
 }
 
 }  // namespace strata::testing

@@ -24,8 +24,9 @@ class temp_dir {
   std::filesystem::path path_;
 };
 
-// A loopback TCP port the kernel just handed out (bound to port 0 and
-// closed): free a moment ago, for a process the test is about to start.
+// A loopback TCP port that was free a moment ago (bound and closed), for a
+// process the test is about to start; chosen below the kernel's ephemeral
+// range so that other tests' outgoing connections cannot take it meanwhile.
 uint16_t free_port();
 
 // A table with the given dim and optimizer, a normal initializer, seed 7.
