@@ -16,7 +16,8 @@
 // Restore re-assigns partitions, never rehashes: the rows of partition p
 // move from the checkpoint's owner of p to the new map's owner of p by one
 // LMDB range scan. Restored rows get the new incarnation in their version
-// (ARCHITECTURE.md, Rows), so versions keep growing across a restore.
+// (docs/architecture.md, Semantics: Rows), so versions keep growing
+// across a restore.
 //
 // Plain functions, no actors; they read and write files, so they run in
 // the composition root or a checkpoint writer, never on a hot path.

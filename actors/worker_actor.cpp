@@ -76,8 +76,9 @@ class count_gradients final : public gradient_source {
 // A batch read ahead: its distinct keys split into routes, one per cache
 // tier it talks to (route r goes to peers.caches[r]). A key repeated in the
 // batch is looked up once and pushed once, its gradients summed here in
-// batch order (ARCHITECTURE.md, Duplicate keys) — less to send, copy and
-// reduce downstream, with the same sums the owner would compute.
+// batch order (docs/architecture.md, Semantics: Duplicate keys) — less to
+// send, copy and reduce downstream, with the same sums the owner would
+// compute.
 struct pending_batch {
   model::batch batch;
   size_t key_count = 0;                           // key positions, duplicates included

@@ -1,4 +1,4 @@
-// The four key hashes of strata (ARCHITECTURE.md, Semantics: Hashes).
+// The four key hashes of strata (docs/architecture.md, Semantics: Hashes).
 //
 // Partition, DRAM slot, cache set and pass owner each hash the key with their
 // own seed, so that, e.g., keys of one partition still spread evenly over

@@ -1,4 +1,5 @@
-// `strata`: one binary, one subcommand per verb (ARCHITECTURE.md, Deployment).
+// `strata`: one binary, one subcommand per verb (docs/architecture.md,
+// Deployment).
 #include <malloc.h>
 
 #include <CLI/CLI.hpp>

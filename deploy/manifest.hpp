@@ -1,14 +1,16 @@
 // The cluster manifest: one YAML file that describes a local cluster (its
 // table, model, shards, cache tiers, workers and their data), parsed into
-// the typed actors::cluster_config the actors take (STYLE.md: actors never
-// parse YAML). docs/manifest.md lists every field with its default.
+// the typed actors::cluster_config the actors take (docs/architecture.md,
+// Layout: actors never parse YAML). docs/manifest.md lists every field with
+// its default.
 //
 // Errors name the file, the 1-based line and the field path, e.g.
 //   local.yaml:12: shards.dram_bytes: expected a size like 64MiB, got "lots"
 // Unknown keys are errors (typos do not pass silently), and so are
 // duplicated keys. Every field error of a file is reported at once, one per
-// line of the message; cross-field rules (ARCHITECTURE.md: async staleness
-// >= prefetch depth + max in-flight, ...) are checked once the fields parse.
+// line of the message; the rules between fields (docs/manifest.md, Rules
+// between fields: async staleness >= prefetch depth + max in-flight, ...)
+// are checked once the fields parse.
 //
 // Relative paths in a manifest are relative to the working directory of
 // the process, not to the manifest's folder.

@@ -3,10 +3,11 @@
 // CPU backend, or the CUDA one) over a DRAM tier over an LMDB tier.
 //
 // Rows are kept in the serving layout (weights only, no optimizer state) and
-// carry their training version (ARCHITECTURE.md, Rows). load_checkpoint()
-// copies a checkpoint's rows (every shard copy, opened read-only) into the
-// store's own LMDB environment, dropping the optimizer state; the LMDB tier
-// then holds every row, the DRAM tier and the cache hold the hot ones.
+// carry their training version (docs/architecture.md, Semantics: Rows).
+// load_checkpoint() copies a checkpoint's rows (every shard copy, opened
+// read-only) into the store's own LMDB environment, dropping the optimizer
+// state; the LMDB tier then holds every row, the DRAM tier and the cache
+// hold the hot ones.
 //
 // lookup(): the cache answers what it holds; its misses go to DRAM, then to
 // LMDB (found rows are promoted into DRAM); keys found nowhere get the

@@ -3,7 +3,7 @@
 // The exact update rules (with L2) are in docs/optimizers.md; the unit tests
 // check each against hand-computed steps. Gradients arrive already reduced:
 // a batch's duplicate keys are summed (in batch order) before the optimizer
-// runs once per key (ARCHITECTURE.md, Semantics: Duplicate keys).
+// runs once per key (docs/architecture.md, Semantics: Duplicate keys).
 // Computation is plain float arithmetic in a fixed order, compiled without
 // FMA contraction, so CPU results are deterministic; the CUDA backend uses
 // the same formulas.

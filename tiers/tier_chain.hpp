@@ -40,9 +40,9 @@ struct tier_chain_config {
   uint32_t admission_threshold = 0;  // 0: every key admitted at once
   uint32_t sketch_width = 1 << 20;
   uint32_t sketch_depth = 4;
-  // Incarnation of the cluster (ARCHITECTURE.md, Rows): initial rows get
-  // version (incarnation, 0), so rows created after a restore outrank every
-  // version of the run before it.
+  // Incarnation of the cluster (docs/architecture.md, Semantics: Rows):
+  // initial rows get version (incarnation, 0), so rows created after a
+  // restore outrank every version of the run before it.
   uint16_t incarnation = 0;
 };
 

@@ -1,5 +1,6 @@
 // Write-behind buffer: evicted dirty rows stay readable here until the lower
-// tier confirms they are stored (ARCHITECTURE.md, Semantics: Write-behind).
+// tier confirms they are stored (docs/architecture.md, Semantics:
+// Write-behind).
 //
 // store() (dirty rows spilled by the tier above) queues the rows into the
 // open batch. take_batch() closes it and hands it over under a new sequence

@@ -401,9 +401,9 @@ TEST(Checkpoint, PassModeCutsAtPassBoundariesWithExactCounts) {
   temp_dir dir;
   const auto data = generate_data(dir.path());
   auto c = count_cluster(data, dir.path(), training_mode::pass);
-  // A pass's working set fits in the cache tier (ARCHITECTURE.md, pass
-  // mode). (With a cache smaller than that, pass mode under a threaded
-  // scheduler loses updates with or without checkpoints: a cache tier
+  // A pass's working set fits in the cache tier here (docs/architecture.md,
+  // Semantics: Pass mode). (With a cache smaller than that, pass mode under
+  // a threaded scheduler loses updates with or without checkpoints: a cache tier
   // issue, reported separately.)
   for (auto& cc : c.caches) cc.geometry.sets = 1024;
   for (auto& w : c.workers) w.max_batches = 45;

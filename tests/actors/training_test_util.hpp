@@ -1,6 +1,7 @@
 // Helpers of the training-level actor tests: a deterministic actor system
 // on CAF's bare test_coordinator, and the exact-sum test's synthetic
-// batches and integer gradients (ARCHITECTURE.md, the exact-sum test).
+// batches and integer gradients (docs/architecture.md, Semantics: The
+// exact-sum test).
 #pragma once
 
 #include <gtest/gtest.h>

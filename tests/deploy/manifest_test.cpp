@@ -167,7 +167,8 @@ TEST(Manifest, OutOfRangeValuesAreErrors) {
 }
 
 TEST(Manifest, CrossFieldRulesNameTheField) {
-  // ARCHITECTURE.md: async staleness >= prefetch depth + max in-flight.
+  // docs/architecture.md, Semantics: Async mode: staleness >= prefetch
+  // depth + max in-flight.
   EXPECT_ERROR(with_line(9, "  staleness: 3"),
                "m.yaml:9: caches.staleness: async mode needs staleness >= "
                "workers.prefetch_depth + workers.max_in_flight (2 + 2 = 4), got 3");

@@ -84,7 +84,8 @@ TEST(Sgd, L2IsAddedToTheGradient) {
 }
 
 TEST(Sgd, LearningRateOneAddsNegatedGradientExactly) {
-  // The exact-sum test (ARCHITECTURE.md) relies on this.
+  // The exact-sum test (docs/architecture.md, Semantics: The exact-sum
+  // test) relies on this.
   auto c = config_for(optimizer_kind::sgd);
   c.learning_rate = 1.0f;
   test_row row(c, {0.0f, 0.0f, 0.0f});

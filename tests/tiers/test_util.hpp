@@ -32,8 +32,9 @@ uint16_t free_port();
 // A table with the given dim and optimizer, a normal initializer, seed 7.
 table_config make_table(uint32_t dim, optimizer_kind optimizer = optimizer_kind::adagrad);
 
-// The exact-sum table (ARCHITECTURE.md): zeros initializer, SGD with
-// learning rate 1, so a pushed gradient of -n adds exactly n.
+// The exact-sum table (docs/architecture.md, Semantics: The exact-sum
+// test): zeros initializer, SGD with learning rate 1, so a pushed gradient
+// of -n adds exactly n.
 table_config exact_sum_table(uint32_t dim);
 
 // `count` records of `layout`, the row of key k filled with values derived

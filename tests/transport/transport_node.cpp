@@ -142,7 +142,8 @@ shard_config make_shard_config(const options& o, uint32_t index) {
 }
 
 // The increment key k gets in round r, element e: a small integer, so
-// every sum is exact in float (ARCHITECTURE.md, the exact-sum test).
+// every sum is exact in float (docs/architecture.md, Semantics: The
+// exact-sum test).
 float increment(uint64_t key, uint32_t round, uint32_t element) {
   return static_cast<float>((key * 31 + round * 7 + element) % 5 + 1);
 }
