@@ -215,6 +215,20 @@ expected<frame_header> decode_header(std::span<const std::byte> bytes, uint32_t 
   return h;
 }
 
+expected<frame_header> check_arrival(std::span<const std::byte> header, size_t payload_length,
+                                     uint32_t max_payload) {
+  auto h = decode_header(header, max_payload);
+  if (!h) return h;
+  if (header.size() != frame_header_bytes) {
+    return error(errc::corrupt_data, "frame header is " + std::to_string(header.size()) + " bytes");
+  }
+  if (payload_length != h->payload_bytes) {
+    return error(errc::corrupt_data, "frame payload is " + std::to_string(payload_length) +
+                                         " bytes, header says " + std::to_string(h->payload_bytes));
+  }
+  return h;
+}
+
 status check_payload(const frame_header& header, std::span<const std::byte> payload) {
   if (payload.size() != header.payload_bytes) {
     return error(errc::corrupt_data, "frame payload is " + std::to_string(payload.size()) +

@@ -107,6 +107,13 @@ void seal(frame_header& header, std::span<const std::byte> payload);
 expected<frame_header> decode_header(std::span<const std::byte> bytes,
                                      uint32_t max_payload = default_max_payload_bytes);
 
+// What a receiver checks of an arriving frame before its payload is in
+// (the UCX bridge, for every active message): decode_header, a header of
+// exactly frame_header_bytes, and a payload of the announced length.
+// check_payload then checks the payload once it is in.
+expected<frame_header> check_arrival(std::span<const std::byte> header, size_t payload_length,
+                                     uint32_t max_payload = default_max_payload_bytes);
+
 // Checks that `payload` has the header's length and checksum.
 status check_payload(const frame_header& header, std::span<const std::byte> payload);
 

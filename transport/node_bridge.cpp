@@ -26,6 +26,7 @@
 #include <unordered_map>
 
 #include "transport/codec.hpp"
+#include "transport/payloads.hpp"
 
 namespace strata::transport {
 namespace {
@@ -39,18 +40,6 @@ std::string default_host_id() {
   std::error_code ec;
   const auto ns = std::filesystem::read_symlink("/proc/self/ns/net", ec);
   return std::string(host.data()) + "/" + (ec ? std::string("?") : ns.string());
-}
-
-// What a hello (and hello_ack) carries.
-struct hello_payload {
-  std::string name;
-  uint64_t node_id = 0;
-  std::string host_id;
-  std::vector<uint8_t> worker_address;
-};
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, hello_payload& x) {
-  return f(x.name, x.node_id, x.host_id, x.worker_address);
 }
 
 }  // namespace
@@ -543,7 +532,7 @@ struct node_bridge::impl {
   void received(const void* header, size_t header_length, void* data, size_t length,
                 const ucp_am_recv_param_t* param) {
     const std::span<const std::byte> hbytes(static_cast<const std::byte*>(header), header_length);
-    auto h = decode_header(hbytes, config.max_payload_bytes);
+    auto h = check_arrival(hbytes, length, config.max_payload_bytes);
     peer_state* peer = nullptr;
     if (header_length >= frame_header_bytes) {
       uint64_t sender = 0;
@@ -553,13 +542,6 @@ struct node_bridge::impl {
     }
     const bool rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
     if (!h) return reject(peer, h.err().message());
-    if (header_length != frame_header_bytes) {
-      return reject(peer, "frame header is " + std::to_string(header_length) + " bytes");
-    }
-    if (length != h->payload_bytes) {
-      return reject(peer, "frame payload is " + std::to_string(length) + " bytes, header says " +
-                              std::to_string(h->payload_bytes));
-    }
     if (h->type == frame_type::hello || h->type == frame_type::hello_ack) {
       if (rndv) return reject(peer, "hello by rendezvous");
       std::vector<std::byte> payload(static_cast<std::byte*>(data),

@@ -21,7 +21,7 @@ status check_payload_value(const frame_header& header, std::span<const std::byte
   switch (header.type) {
     case frame_type::hello:
     case frame_type::hello_ack:
-      return try_decode<std::string, uint64_t, std::string, std::vector<uint8_t>>(payload);
+      return try_decode<hello_payload>(payload);
     case frame_type::heartbeat:
     case frame_type::goodbye:
     case frame_type::shard_drain:
