@@ -67,6 +67,9 @@ class frame_socket {
   void close();
 
  private:
+  // Reads `length` payload bytes into `payload`, growing it as they arrive.
+  status read_payload(uint32_t length, std::vector<std::byte>& payload);
+
   struct impl;
   std::unique_ptr<impl> impl_;
 };
