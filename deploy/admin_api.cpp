@@ -1,0 +1,267 @@
+#include "deploy/admin_api.hpp"
+
+#include <algorithm>
+#include <boost/beast/http/error.hpp>
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace strata::deploy {
+namespace {
+
+namespace http = boost::beast::http;
+using json = nlohmann::json;
+
+using request = admin_request;
+using response = admin_response;
+
+response reply(const request& req, http::status status, const json& body) {
+  response res{status, req.version()};
+  res.set(http::field::content_type, "application/json");
+  res.keep_alive(false);
+  // Replace, not throw: messages quote the request's target, which may be
+  // any bytes (an exception here would end the node process).
+  res.body() = body.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
+  res.prepare_payload();
+  return res;
+}
+
+response error_reply(const request& req, http::status status, const std::string& message) {
+  return reply(req, status, json{{"error", message}});
+}
+
+// The text of a caf::error: its string context if it has one.
+std::string message_of(caf::actor_system& system, const caf::error& err) {
+  const auto& context = err.context();
+  if (context.match_elements<std::string>()) return context.get_as<std::string>(0);
+  return system.render(err);
+}
+
+// A request value quoted in an error: scalars as JSON, containers by their
+// size only (dumping is recursive: a body nested 30000 deep overflowed the
+// connection thread's stack).
+std::string quoted(const json& value) {
+  if (value.is_array()) return "an array of " + std::to_string(value.size());
+  if (value.is_object()) return "an object of " + std::to_string(value.size()) + " fields";
+  return value.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+// Constant-time comparison: the token's length leaks, its content does not.
+bool same_token(const std::string& a, const std::string& b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+}  // namespace
+
+admin_api::admin_api(admin_config config, caf::actor_system& system,
+                     actors::coordinator_actor coordinator)
+    : config_(std::move(config)), system_(system), coordinator_(std::move(coordinator)) {}
+
+// Asks an actor and waits; errors come back as caf::error.
+template <class Reply, class Handle, class... Ts>
+std::pair<std::optional<Reply>, caf::error> admin_api::ask(const Handle& handle, Ts... xs) {
+  caf::scoped_actor self{system_};
+  std::optional<Reply> out;
+  caf::error failure;
+  self->request(handle, caf::duration{std::chrono::seconds(config_.request_timeout_seconds)}, xs...)
+      .receive([&](Reply& r) { out = std::move(r); }, [&](caf::error& e) { failure = e; });
+  return {std::move(out), failure};
+}
+
+response admin_api::status(const request& req) {
+  auto [st, err] = ask<actors::cluster_status>(coordinator_, actors::map_atom::value);
+  if (!st) return error_reply(req, http::status::service_unavailable, message_of(system_, err));
+  json shards = json::array();
+  std::vector<std::vector<uint32_t>> owned(st->routing.shards.size());
+  for (uint32_t p = 0; p < st->routing.owners.size(); ++p)
+    owned[st->routing.owners[p]].push_back(p);
+  uint64_t dram = 0, write_behind = 0, lmdb = 0, cached = 0;
+  for (size_t i = 0; i < st->routing.shards.size(); ++i) {
+    auto [stats, serr] = ask<actors::tier_stats>(
+        caf::actor_cast<actors::shard_actor>(st->routing.shards[i]), actors::stats_atom::value);
+    json shard{{"index", i},
+               {"node", config_.nodes.empty() ? "" : config_.nodes.front().name},
+               {"partitions", owned[i]},
+               {"partition_count", owned[i].size()}};
+    if (stats) {
+      shard["rows"] = {{"dram", stats->rows},
+                       {"write_behind", stats->write_behind_rows},
+                       {"lmdb", stats->lmdb_rows}};
+      shard["health"] = "ok";
+      dram += stats->rows;
+      write_behind += stats->write_behind_rows;
+      lmdb += stats->lmdb_rows;
+    } else {
+      shard["health"] = "unreachable: " + message_of(system_, serr);
+    }
+    shards.push_back(std::move(shard));
+  }
+  json caches = json::array();
+  for (size_t i = 0; i < st->caches.size(); ++i) {
+    auto [stats, cerr] = ask<actors::tier_stats>(
+        caf::actor_cast<actors::cache_tier_actor>(st->caches[i]), actors::stats_atom::value);
+    json cache{{"index", i}};
+    if (stats) {
+      cache["rows"] = stats->rows;
+      cache["health"] = "ok";
+      cached += stats->rows;
+    } else {
+      cache["health"] = "unreachable: " + message_of(system_, cerr);
+    }
+    caches.push_back(std::move(cache));
+  }
+  json nodes = json::array();
+  for (size_t i = 0; i < config_.nodes.size(); ++i)
+    // This node answers; the others are reached once the transport lands.
+    nodes.push_back({{"name", config_.nodes[i].name},
+                     {"host", config_.nodes[i].host},
+                     {"health", i == 0 ? "ok" : "unknown"}});
+  json body{
+      {"cluster", config_.cluster},
+      {"state", st->state},
+      {"nodes", nodes},
+      {"partition_map",
+       {{"epoch", st->routing.epoch},
+        {"partitions", st->routing.owners.size()},
+        {"shards", st->routing.shards.size()}}},
+      {"scaling_to", st->scaling_to == 0 ? json(nullptr) : json(st->scaling_to)},
+      {"shards", shards},
+      {"caches", caches},
+      {"rows", {{"cache", cached}, {"dram", dram}, {"write_behind", write_behind}, {"lmdb", lmdb}}},
+      {"training",
+       {{"batches", st->batches},
+        {"examples", st->examples},
+        {"recent_loss", st->recent_loss},
+        {"passes", st->passes},
+        {"workers", st->workers},
+        {"checkpoints", st->checkpoints},
+        {"last_checkpoint", st->last_checkpoint}}}};
+  return reply(req, http::status::ok, body);
+}
+
+response admin_api::scale(const request& req) {
+  json body;
+  try {
+    body = json::parse(req.body());
+  } catch (const json::parse_error& e) {
+    return error_reply(req, http::status::bad_request,
+                       std::string("body: malformed JSON: ") + e.what());
+  }
+  if (!body.is_object())
+    return error_reply(req, http::status::bad_request,
+                       "body: expected a JSON object like {\"shards\": 4}");
+  for (const auto& [key, value] : body.items())
+    if (key != "shards" && key != "placement")
+      return error_reply(req, http::status::bad_request,
+                         "body: unknown field '" + key + "' (expected shards, placement)");
+  if (!body.contains("shards") || !body["shards"].is_number_unsigned() ||
+      body["shards"].get<uint64_t>() == 0 || body["shards"].get<uint64_t>() > (1u << 24))
+    return error_reply(req, http::status::bad_request,
+                       "shards: expected a positive integer, got " +
+                           (body.contains("shards") ? quoted(body["shards"]) : "nothing"));
+  const auto target = static_cast<uint32_t>(body["shards"].get<uint64_t>());
+  if (body.contains("placement")) {
+    const json& placement = body["placement"];
+    if (placement.is_string()) {
+      if (placement.get<std::string>() != "spread")
+        return error_reply(
+            req, http::status::bad_request,
+            "placement: expected \"spread\" or a list of node names, got " + quoted(placement));
+    } else if (placement.is_array()) {
+      if (placement.size() != target)
+        return error_reply(req, http::status::bad_request,
+                           "placement: " + std::to_string(placement.size()) + " node names for " +
+                               std::to_string(target) + " shards");
+      for (const auto& name : placement) {
+        const bool known =
+            name.is_string() &&
+            std::any_of(config_.nodes.begin(), config_.nodes.end(),
+                        [&](const admin_node& n) { return n.name == name.get<std::string>(); });
+        if (!known)
+          return error_reply(req, http::status::bad_request,
+                             "placement: unknown node " + quoted(name));
+        if (name.get<std::string>() != config_.nodes.front().name)
+          return error_reply(req, http::status::bad_request,
+                             "placement: node " + quoted(name) +
+                                 " is not reachable from this node (multi-node placement "
+                                 "needs the transport)");
+      }
+    } else {
+      return error_reply(
+          req, http::status::bad_request,
+          "placement: expected \"spread\" or a list of node names, got " + quoted(placement));
+    }
+  }
+  auto [result, err] = ask<actors::scale_result>(coordinator_, actors::scale_atom::value, target);
+  if (!result)
+    return error_reply(req,
+                       err == caf::sec::invalid_argument ? http::status::conflict
+                                                         : http::status::internal_server_error,
+                       message_of(system_, err));
+  return reply(req, http::status::ok,
+               {{"epoch", result->epoch},
+                {"shards", result->shards},
+                {"moved_partitions", result->moved_partitions},
+                {"copied_rows", result->copied_rows},
+                {"delta_rows", result->delta_rows},
+                {"bytes", result->bytes}});
+}
+
+response admin_api::checkpoint(const request& req) {
+  auto [dir, err] = ask<std::string>(coordinator_, actors::checkpoint_atom::value);
+  if (!dir)
+    return error_reply(req,
+                       err == caf::sec::invalid_argument ? http::status::conflict
+                                                         : http::status::internal_server_error,
+                       message_of(system_, err));
+  return reply(req, http::status::ok, {{"checkpoint", *dir}});
+}
+
+response admin_api::handle(const request& req) {
+  const auto auth = req[http::field::authorization];
+  const std::string expected = "Bearer " + config_.token;
+  if (!same_token(std::string(auth), expected)) {
+    auto res = error_reply(req, http::status::unauthorized,
+                           "missing or wrong admin token (send Authorization: Bearer <token>; "
+                           "the CLI reads it with --token-file)");
+    res.set(http::field::www_authenticate, "Bearer");
+    return res;
+  }
+  const std::string target(req.target());
+  struct route {
+    const char* path;
+    http::verb verb;
+    response (admin_api::*handler)(const request&);
+  };
+  static const route routes[] = {{"/status", http::verb::get, &admin_api::status},
+                                 {"/scale", http::verb::post, &admin_api::scale},
+                                 {"/checkpoint", http::verb::post, &admin_api::checkpoint},
+                                 {"/stop", http::verb::post, nullptr}};
+  for (const auto& r : routes) {
+    if (target != r.path) continue;
+    if (req.method() != r.verb)
+      return error_reply(req, http::status::method_not_allowed,
+                         target + " takes " + std::string(http::to_string(r.verb)));
+    if (!r.handler) {
+      caf::anon_send(coordinator_, actors::stop_atom::value);
+      return reply(req, http::status::accepted,
+                   {{"stopping", true}, {"detail", "training stops gracefully at the next cut"}});
+    }
+    return (this->*r.handler)(req);
+  }
+  return error_reply(req, http::status::not_found,
+                     "no " + target + " (try /status, /scale, /checkpoint, /stop)");
+}
+
+admin_response admin_api::malformed(boost::beast::error_code ec) {
+  request bad;
+  bad.version(11);
+  return error_reply(bad, http::status::bad_request, "bad HTTP request: " + ec.message());
+}
+
+}  // namespace strata::deploy
