@@ -1,4 +1,4 @@
-// Replays the frame-decoder regression corpus (tests/transport/corpus/,
+// Replays the frame-decoder regression corpus (tests/fuzz/corpus/frame/,
 // written by make_corpus.py, extended by fuzzer findings): every
 // malformed frame is rejected with an error, every valid-* seed accepted.
 #include <gtest/gtest.h>

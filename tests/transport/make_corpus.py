@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes the frame-decoder regression corpus (tests/transport/corpus/).
+"""Writes the frame-decoder regression corpus (tests/fuzz/corpus/frame/).
 
 Files named valid-* are well-formed frames (fuzzer seeds; the corpus test
 expects them accepted); every other file is malformed in one way and must be
@@ -9,7 +9,7 @@ Run it again after a wire-format change: python3 tests/transport/make_corpus.py
 import os
 import struct
 
-HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")
+HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fuzz", "corpus", "frame")
 MAGIC = 0x46525453
 
 

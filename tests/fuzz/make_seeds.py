@@ -1,0 +1,152 @@
+#!/usr/bin/env python3
+"""Writes the seed corpora of the fuzz targets other than `frame`
+(tests/fuzz/corpus/<target>/; the frame corpus is tests/transport/make_corpus.py's).
+
+Seeds are small well-formed inputs, one per path worth reaching: the
+fuzzer mutates them. Files named crash-* are inputs that once crashed a
+target (kept as regression tests; this script writes the ones found while
+writing it). Run it again after a format change:
+    python3 tests/fuzz/make_seeds.py
+"""
+import os
+import shutil
+import struct
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+
+
+def crc32c(data, crc=0):
+    crc ^= 0xFFFFFFFF
+    for b in data:
+        crc ^= b
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+    return crc ^ 0xFFFFFFFF
+
+
+# --- wire: serving frames (client/wire.hpp) --------------------------------------------
+LOOKUP, ROWS, PREFETCH, ACK, ERROR, SUBSCRIBE, UPDATES, PUSH = range(1, 9)
+
+
+def wire_frame(ftype, payload, request=1, length=None, crc=None):
+    length = len(payload) if length is None else length
+    crc = crc32c(payload) if crc is None else crc
+    return struct.pack("<IHHIIQ", 0x56525453, 1, ftype, length, crc, request) + payload
+
+
+def text16(s):
+    return struct.pack("<H", len(s)) + s
+
+
+def u64s(values):
+    return b"".join(struct.pack("<Q", v) for v in values)
+
+
+def f32s(values):
+    return b"".join(struct.pack("<f", v) for v in values)
+
+
+wire = {
+    "lookup": wire_frame(LOOKUP, text16(b"ads") + struct.pack("<I", 3) + u64s([1, 2, 3])),
+    "prefetch-then-ack": wire_frame(PREFETCH, text16(b"ads") + struct.pack("<I", 1) + u64s([9]))
+    + wire_frame(ACK, struct.pack("<I", 1), request=2),
+    "rows": wire_frame(ROWS, struct.pack("<II", 2, 2) + u64s([5, 6]) + f32s([0.5, -1, 2, 3])),
+    "error": wire_frame(ERROR, struct.pack("<HI", 4, 12) + b"no such table"[:12]),
+    "subscribe": wire_frame(SUBSCRIBE, text16(b"ads") + u64s([77, 10]), request=0),
+    "updates": wire_frame(UPDATES, text16(b"ads") + u64s([77, 11]) + struct.pack("<II", 1, 2)
+                          + u64s([4, 8]) + u64s([3, 3]) + f32s([1, 2]), request=0),
+    "push": wire_frame(PUSH, text16(b"ads") + struct.pack("<II", 2, 1) + u64s([4])
+                       + f32s([0.25, -0.25])),
+    # A rows reply whose counts wrap 8 + n*8 + n*dim*4 around to 8 bytes: the
+    # client's zero-copy receive resized its buffers to gigabytes.
+    "crash-rows-count-overflow": wire_frame(ROWS, struct.pack("<II", 0xFFFFFFFE, 1 << 30)),
+}
+
+# --- serving_http: `strata serve`'s HTTP API ------------------------------------------
+
+
+def http(method, target, body=b"", headers=()):
+    lines = [f"{method} {target} HTTP/1.1", "Host: strata"] + list(headers)
+    if body or method == "POST":
+        lines += ["Content-Type: application/json", f"Content-Length: {len(body)}"]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
+
+
+serving_http = {
+    "health": http("GET", "/health"),
+    "lookup": http("POST", "/lookup", b'{"table":"ads","keys":[1,2,"18446744073709551615"]}'),
+    "lookup-unknown-table": http("POST", "/lookup", b'{"table":"clicks","keys":[1]}'),
+    "lookup-bad-key": http("POST", "/lookup", b'{"table":"ads","keys":[-1, 2.5, "x"]}'),
+    "keep-alive-two": http("GET", "/health") + http("POST", "/lookup", b'{"table":"ads","keys":[3]}',
+                                                    ["Connection: close"]),
+    "chunked": b"POST /lookup HTTP/1.1\r\nHost: strata\r\nTransfer-Encoding: chunked\r\n\r\n"
+    b"10\r\n{\"table\":\"ads\",\"\r\n9\r\nkeys\":[1]}\r\n0\r\n\r\n",
+    "wrong-method": http("DELETE", "/lookup"),
+    # A target that is not UTF-8, quoted in the 404's JSON: dumping it threw,
+    # and the exception ended the server process.
+    "crash-non-utf8-target": b"GET /looku\xbe HTTP/1.1\r\nHost: strata\r\n\r\n",
+}
+
+# --- admin_http: the admin API (token "fuzz-token", see admin_http_fuzz.cpp) --------
+AUTH = "Authorization: Bearer fuzz-token"
+admin_http = {
+    "status": http("GET", "/status", headers=[AUTH]),
+    "scale": http("POST", "/scale", b'{"shards": 4}', [AUTH]),
+    "scale-placement": http("POST", "/scale", b'{"shards": 2, "placement": ["node-0", "node-1"]}',
+                            [AUTH]),
+    "scale-spread-refused": http("POST", "/scale", b'{"shards": 100, "placement": "spread"}', [AUTH]),
+    "checkpoint": http("POST", "/checkpoint", headers=[AUTH]),
+    "stop": http("POST", "/stop", headers=[AUTH]),
+    "no-token": http("GET", "/status"),
+    "malformed-json": http("POST", "/scale", b'{"shards": ', [AUTH]),
+    # JSON nested 30000 deep (under the 64 KiB body limit), quoted back in the
+    # error: the recursive dump overflowed the connection thread's stack.
+    "crash-deep-nesting": http("POST", "/scale", b'{"shards": ' + b"[" * 30000 + b"]" * 30000 + b"}",
+                         [AUTH]),
+    # As serving_http's: a non-UTF-8 target quoted in the 404 ended the process.
+    "crash-non-utf8-target": b"GET /stat\xbe HTTP/1.1\r\nHost: strata\r\n" + AUTH.encode()
+    + b"\r\n\r\n",
+}
+
+# --- reader: first byte picks format and window (reader_fuzz.cpp) -------------------
+tsv_line = "\t".join(["1"] + [str(i) for i in range(13)] + ["%08x" % (i * 7919) for i in range(26)])
+tsv_missing = "\t".join(["0", "", "-1", "260.0"] + [""] * 10 + ["68fd1e64"] + [""] * 25)
+csv_header = ",".join(["label"] + ["I%d" % i for i in range(1, 14)] + ["C%d" % i for i in range(1, 27)])
+csv_line = ",".join(["1.0"] + [str(i * 3) for i in range(13)] + ["%x" % (i * 31) for i in range(26)])
+reader = {
+    "criteo-tsv": b"\x00" + (tsv_line + "\n" + tsv_missing + "\r\n" + tsv_line).encode(),
+    "criteo-tsv-bad-lines": b"\x00" + b"2\tx\n\n1\t1\n" + tsv_line.encode() + b"\n",
+    "csv": b"\x01" + (csv_header + "\n" + csv_line + "\n" + csv_line.replace("1.0", "0", 1)
+                      + "\n").encode(),
+    "csv-sharded": b"\x05" + (csv_header + "\n" + csv_line + "\n" + csv_line + "\n").encode(),
+    "libffm": b"\x02" + b"1 0:5:1 1:7:0.5 2:9:1\n0 3:1:1\n-1 0:2:2\n",
+    "libffm-bad": b"\x02" + b"1 0:5\n2 1:1:1\nx\n1 a:b:c\n",
+}
+
+corpora = {"wire": wire, "serving_http": serving_http, "admin_http": admin_http, "reader": reader}
+for target, seeds in corpora.items():
+    folder = os.path.join(HERE, "corpus", target)
+    os.makedirs(folder, exist_ok=True)
+    for name, data in seeds.items():
+        with open(os.path.join(folder, name), "wb") as f:
+            f.write(data)
+    print(f"wrote {len(seeds)} seeds to {folder}")
+
+# manifest: the shipped examples (valid, richly commented) and small variants.
+folder = os.path.join(HERE, "corpus", "manifest")
+os.makedirs(folder, exist_ok=True)
+for example in ("local", "cluster3", "large"):
+    shutil.copyfile(os.path.join(ROOT, "deploy", "examples", example + ".yaml"),
+                    os.path.join(folder, example + ".yaml"))
+small = {
+    "minimal.yaml": b"name: m\nshards:\n  ssd_path: state\ndata:\n  path: d.tsv\n",
+    "broken-size.yaml": b"name: broken\nshards:\n  count: 2\n  dram_bytes: lots\n  ssd_path: s\n"
+    b"data:\n  path: d.tsv\n",
+    "split.yaml": b"name: s\nshards:\n  ssd_path: st\nworkers:\n  count: 2\ndata:\n  path: d.csv\n"
+    b"  format: csv\nsplit:\n  held_out: 0.1\n",
+}
+for name, data in small.items():
+    with open(os.path.join(folder, name), "wb") as f:
+        f.write(data)
+print(f"wrote {3 + len(small)} seeds to {folder}")
