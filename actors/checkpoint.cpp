@@ -474,8 +474,8 @@ expected<checkpoint_meta> restore_checkpoint(const fs::path& dir, cluster_config
       auto scanned = (*source)->range_scan(p, [&](uint64_t key, const std::byte* record) {
         pending[to].append(key, record);
         std::byte* r = pending[to].record(pending[to].size() - 1);
-        auto& v = meta_of(r).version;
-        v = make_version(incarnation, counter_of(v));
+        row_meta& m = meta_of(r);
+        m.version = make_version(incarnation, counter_of(m.version));
         ++rows;
         if (pending[to].size() >= restore_batch_rows && failed) failed = flush(to);
       });

@@ -57,12 +57,19 @@ inline constexpr uint16_t incarnation_of(uint64_t version) {
 inline constexpr uint64_t counter_of(uint64_t version) { return version & version_counter_mask; }
 
 // --- in-memory record ---------------------------------------------------------
+// Records sit `stride` bytes apart and a stride is only a multiple of 4 (a
+// record of an odd number of value words, e.g. Adam's 3*dim+1, is 4 bytes
+// short of a multiple of 8), so the meta of every other record is only
+// 4-byte aligned: row_meta says so (pack(4)), and its 64-bit version is read
+// and written as an unaligned member, never through a uint64_t& or pointer.
+#pragma pack(push, 4)
 struct row_meta {
   uint64_t version = 0;  // bumped by every applied update
   uint32_t freq = 0;     // access count (saturating); not checksummed
   uint32_t tick = 0;     // last access tick; not checksummed
 };
-static_assert(sizeof(row_meta) == 16);
+#pragma pack(pop)
+static_assert(sizeof(row_meta) == 16 && alignof(row_meta) == 4);
 
 struct row_layout {
   uint32_t dim = 0;
