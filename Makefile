@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: deps deps-bench configure build test test-long demo bench gpu-bundle gpu-check format clean
+.PHONY: deps deps-bench configure build test test-long fuzz asan tsan demo bench gpu-bundle gpu-check format clean
 
 deps:
 	@bash deploy/install-deps.sh
@@ -17,13 +17,29 @@ configure: deps
 build: configure
 	@cmake --build $(BUILD) -j $(JOBS)
 
-# Fast suite (everything not labelled "long").
+# The suite (everything not labelled "long"), then the list of skipped
+# tests with their reasons: a skip is never silent.
 test: build
-	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -LE long
+	@cd $(BUILD) && { ctest --output-on-failure -j $(JOBS) -LE long; rc=$$?; \
+	  python3 $(CURDIR)/tests/report_skips.py .; exit $$rc; }
 
-# Long cluster and soak tests.
+# Long cluster and soak tests (label "long"; none is also a pass).
 test-long: build
-	@cd $(BUILD) && ctest --output-on-failure -L long
+	@cd $(BUILD) && { ctest --output-on-failure -L long; rc=$$?; \
+	  python3 $(CURDIR)/tests/report_skips.py .; exit $$rc; }
+
+# Every fuzz target for a bounded time each (FUZZ_SECONDS), in build-fuzz/.
+FUZZ_SECONDS ?= 30
+fuzz: deps
+	@bash tests/fuzz/run.sh build-fuzz $(FUZZ_SECONDS)
+
+# The suite under AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/),
+# and the actor, transport and serving tests under ThreadSanitizer (build-tsan/).
+asan: deps
+	@bash tests/sanitize/run.sh asan build-asan
+
+tsan: deps
+	@bash tests/sanitize/run.sh tsan build-tsan
 
 # The main job: a one-node cluster (2 shards, 2 cache tiers, 2 workers)
 # trained on generated data in ./data/, then a report (docs/manifest.md).

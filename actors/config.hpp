@@ -1,5 +1,5 @@
 // Typed configuration of the actors, filled by the composition root
-// (deploy/) from the manifest. Actors never parse YAML (STYLE.md).
+// (deploy/) from the manifest. Actors never parse YAML (docs/architecture.md, Layout).
 #pragma once
 
 #include <cstdint>

@@ -1,7 +1,7 @@
-// Every message between strata's actors, declared once (STYLE.md: message
+// Every message between strata's actors, declared once (message
 // protocols are types). Each actor's interface is a CAF 0.17 typed actor;
 // every struct carried in a message has an inspect() and is registered by
-// add_message_types() so it can cross processes later (UCX issue).
+// add_message_types() so it crosses processes over the transport.
 //
 // Rows travel as row_batch: keys plus packed records of the table's layout
 // (tiers/row.hpp), as bytes.

@@ -1,4 +1,4 @@
-// Hot-path cost of metrics (issue 7: <= 20 ns per update, no lock).
+// Hot-path cost of metrics (target: <= 20 ns per update, no lock).
 // Components count in plain members they own and the monitoring layer
 // reads them at scrape time, so an update is what these measure:
 //   BM_LatencyHistogramObserve  strata::latency_histogram::observe (a search

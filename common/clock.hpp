@@ -1,5 +1,5 @@
 // Time as a dependency: actors and tiers never read a global clock; they
-// are given one (STYLE.md, Determinism). Used for latency metrics only —
+// are given one. Used for latency metrics only —
 // no behaviour depends on it. Tests may pass a manual clock.
 #pragma once
 

@@ -38,6 +38,7 @@
 #include "deploy/cache_backend_choice.hpp"
 #include "deploy/commands.hpp"
 #include "deploy/manifest.hpp"
+#include "deploy/preflight.hpp"
 #include "deploy/multi_node.hpp"
 #include "deploy/status_line.hpp"
 #include "deploy/supervisor.hpp"
@@ -527,6 +528,14 @@ int run_node(const std::string& path, const std::string& node, const std::string
   // the report is printed.
   std::string token;
   if (m.admin.port != 0) {
+    if (!m.admin.token_file.empty()) {
+      auto created = deploy::ensure_secret_file(m.admin.token_file, m.admin.create_if_missing,
+                                                m.file.string() + ": admin.token_file");
+      if (!created) return fail(created.err());
+      if (*created)
+        std::printf("admin: created the token file %s (mode 0600)\n",
+                    m.admin.token_file.c_str());
+    }
     auto read = deploy::admin_token(m);
     if (!read) return fail(read.err());
     token = *read;
@@ -694,6 +703,20 @@ int launch(const std::string& path, bool resume, const std::string& resume_dir) 
     return 1;
   }
   const deploy::manifest& m = *loaded;
+  // A cache backend this machine cannot run, then every file the manifest
+  // needs: both refused before any node starts.
+  {
+    deploy::manifest probe = m;
+    if (status backend = apply_cache_backend(probe); !backend) {
+      std::cerr << "strata launch: " << backend.err().message() << '\n';
+      return 1;
+    }
+  }
+  if (auto files = deploy::check_manifest_files(m, std::cout); !files) {
+    std::cerr << "strata launch: " << files.err().message() << '\n';
+    return 1;
+  }
+  std::cout.flush();
   const fs::path root = m.cluster.checkpoint.directory;
   std::vector<std::string> first;
   if (resume) {

@@ -727,6 +727,7 @@ void read_admin(section s, raw_manifest& r) {
   s.text("bind_address", r.admin.bind_address);
   s.text("token", r.admin.token);
   s.text("token_file", r.admin_token_file);
+  s.boolean("create_if_missing", r.admin.create_if_missing);
   s.finish();
 }
 
@@ -811,6 +812,8 @@ void check_rules(const raw_manifest& r, diagnostics& diag) {
         "the admin API needs admin.token or admin.token_file (requests without it get 401)");
   if (!r.admin.token.empty() && !r.admin_token_file.empty())
     diag.fail_at("admin.token", "give admin.token or admin.token_file, not both");
+  if (r.admin.create_if_missing && r.admin_token_file.empty())
+    diag.fail_at("admin.create_if_missing", "needs admin.token_file (the file to create)");
   const uint32_t row_dim = r.model.row_dim();
   if (r.table_dim && *r.table_dim != row_dim)
     diag.fail_at("table.dim", "must be model.embedding_dim + 1 = " + std::to_string(row_dim) +

@@ -96,6 +96,7 @@ struct admin_settings {
   std::string bind_address = "127.0.0.1";  // loopback unless asked otherwise
   std::string token;                       // required by every request (Bearer)
   std::filesystem::path token_file;        // or read from this file at start (trimmed)
+  bool create_if_missing = false;          // token_file absent: create it (random, mode 0600)
 };
 
 // What the launcher does when a node process dies (checkpoint.on_failure).

@@ -15,11 +15,23 @@ fail=0
 export LD_LIBRARY_PATH="$build/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 exec > >(tee "$report") 2>&1
   echo "# strata gpu check $(date -u +%FT%TZ)"
+  # On a machine with a device every device test must run: a skip there is
+  # a failure (it means the device was not usable), not an "ok".
+  has_device=0
+  if nvidia-smi -L >/dev/null 2>&1; then has_device=1; fi
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | head -2
   for t in gpu_host_test cuda_cache_test serving_store_test; do
     echo "## $t"
     if timeout 120 "$build/tests/$t" --gtest_brief=1 >"$report.$t.log" 2>&1; then
-      echo "ok"; tail -3 "$report.$t.log"
+      skipped=$(grep -c '^\[  SKIPPED \]' "$report.$t.log" || true)
+      if [[ $skipped -gt 0 && $has_device -eq 1 ]]; then
+        fail=1; echo "FAILED: device tests skipped on a machine with a device"
+        grep -B3 '^\[  SKIPPED \]' "$report.$t.log" | head -40
+      elif [[ $skipped -gt 0 ]]; then
+        echo "skipped: no device here"; grep -m3 -i "skip" "$report.$t.log"
+      else
+        echo "ok"; tail -3 "$report.$t.log"
+      fi
     else
       fail=1; echo "FAILED (rc $?)"; grep -E "Failure|FAILED|error|Skipped" -A3 "$report.$t.log" | head -60
     fi

@@ -65,6 +65,7 @@ struct peer_state {
   std::string down_reason;
   uint64_t next_seq = 1;
   uint64_t outstanding = 0;
+  uint64_t blocked_senders = 0;  // send calls waiting in cv_ for window space
   struct pending {
     node_bridge::reply_handler handler;
     uint64_t bytes;
@@ -946,7 +947,9 @@ struct node_bridge::impl {
       auto& peer = *peers_[it->second];
       while (!is_reply && !peer.down && !stopping_ && peer.outstanding > 0 &&
              peer.outstanding + op->bytes > config.max_outstanding_bytes) {
+        ++peer.blocked_senders;
         cv_.wait(lock);
+        --peer.blocked_senders;
       }
       if (peer.down || stopping_) {
         return error(errc::unavailable, "node '" + name + "' is down (" +
@@ -1107,6 +1110,7 @@ transport_stats node_bridge::stats() const {
     ps.rendezvous_frames_received = p->rndv_received;
     ps.outstanding_bytes = p->outstanding;
     ps.pending_requests = p->pending_requests.size();
+    ps.blocked_senders = p->blocked_senders;
     ps.shared_memory_path = p->by_address;
     ps.transports = p->transports;
     s.rejected_frames += ps.rejected_frames;

@@ -72,7 +72,7 @@ struct bridge_config {
   std::string host_id;
   // Print UCX's lanes (transports) of each worker-address endpoint to stderr.
   bool log_endpoints = false;
-  // Test seam (STYLE.md: faults through seams): called with every sequenced
+  // Test seam (faults are injected through seams): called with every sequenced
   // frame after it is sealed, before it is sent; it may corrupt it.
   std::function<void(frame_header&, std::vector<std::byte>& payload)> outgoing_fault;
 };

@@ -1,5 +1,5 @@
-// Counters of one node's transport, for reports and metrics (issue 7:
-// bytes and messages per peer, rejected frames, peer up/down). Snapshots
+// Counters of one node's transport, for reports and metrics (bytes and
+// messages per peer, rejected frames, peer up/down). Snapshots
 // are plain values; the bridge keeps the live counters as atomics.
 #pragma once
 
@@ -21,6 +21,7 @@ struct peer_stats {
   uint64_t rejected_frames = 0;             // malformed, truncated, oversized or bad checksum
   uint64_t outstanding_bytes = 0;   // gauge: bytes sent and not yet released (back-pressure)
   uint64_t pending_requests = 0;    // gauge: requests waiting for their reply
+  uint64_t blocked_senders = 0;     // gauge: send calls waiting for window space
   bool shared_memory_path = false;  // connected by worker address (same host)
   std::string transports;  // UCX transports carrying its frames, e.g. "posix/memory,tcp/lo"
 };

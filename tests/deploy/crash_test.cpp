@@ -68,7 +68,7 @@ std::unique_ptr<crash_setup> make_setup(const std::string& on_failure, uint64_t 
   return s;
 }
 
-std::optional<pid_t> node_pid(const strata_process& launcher) {
+std::optional<pid_t> node_pid(strata_process& launcher) {
   std::smatch m;
   const std::string out = launcher.out();
   static const std::regex re("\\(node crash, pid ([0-9]+)\\)");

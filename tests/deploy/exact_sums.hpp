@@ -2,44 +2,88 @@
 // with model.objective: count (SGD, learning rate 1, zeros) every key's
 // weights equal the number of its sightings in the batches before each
 // worker's recorded position. Reads the checkpoint's shard environments and
-// recomputes the sums with the workers' own readers.
+// recomputes the sums with a parser and split of its own (below).
 #pragma once
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <map>
+#include <string>
 #include <vector>
 
 #include "actors/checkpoint.hpp"
-#include "actors/worker_actor.hpp"
 #include "deploy/manifest.hpp"
+#include "model/features.hpp"
 #include "tiers/lmdb_tier.hpp"
 
 namespace strata {
 
-// key -> sightings in the batches before each worker's position, read with
-// the workers' own reader over their windows of the data.
+// The expected sums, computed independently of the product's readers and
+// data split, so that a reader or split bug that drops or repeats lines
+// shows (the product's own code would drop them consistently on both
+// sides). The rules, written out here a second time from docs/model.md:
+// the training window is the first `train` data lines (data.train_examples,
+// else every line less floor(lines x data.heldout_fraction)); worker w reads
+// lines w, w + W, w + 2W, ... of it (W workers); its batch b is its next
+// batch_size lines, so `positions[w]` batches are its first positions[w] x
+// batch_size lines. A Criteo TSV line is a label, 13 integer columns
+// (log2-bucketed keys) and 26 categorical ones; an empty column has no key.
+// Only the key hashes come from the product (model/features.hpp, pinned by
+// golden vectors in features_test).
+inline std::vector<std::string> oracle_lines(const std::filesystem::path& data) {
+  std::vector<std::string> lines;
+  std::ifstream in(data, std::ios::binary);
+  EXPECT_TRUE(in) << "cannot open " << data;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+inline void oracle_add_line_keys(const std::string& line, std::map<uint64_t, float>& counts) {
+  std::vector<std::string> cols;
+  size_t from = 0;
+  for (;;) {
+    const size_t tab = line.find('\t', from);
+    cols.push_back(line.substr(from, tab == std::string::npos ? std::string::npos : tab - from));
+    if (tab == std::string::npos) break;
+    from = tab + 1;
+  }
+  ASSERT_EQ(cols.size(), 40u) << "not a Criteo TSV line: " << line;
+  for (uint32_t i = 0; i < 13; ++i) {
+    if (cols[1 + i].empty()) continue;
+    counts[model::integer_key(i, std::stoll(cols[1 + i]))] += 1.0f;
+  }
+  for (uint32_t c = 0; c < 26; ++c) {
+    if (cols[14 + c].empty()) continue;
+    counts[model::categorical_key(13 + c, cols[14 + c])] += 1.0f;
+  }
+}
+
+// key -> sightings in the first positions[w] batches of every worker w.
 inline std::map<uint64_t, float> expected_counts(const std::filesystem::path& manifest,
-                                          const std::vector<uint64_t>& positions) {
+                                                 const std::vector<uint64_t>& positions) {
   std::map<uint64_t, float> counts;
   auto m = deploy::load_manifest(manifest);
   EXPECT_TRUE(m) << m.err().to_string();
   if (!m) return counts;
-  auto split = deploy::resolve_data_split(*m);
-  EXPECT_TRUE(split) << split.err().to_string();
-  EXPECT_EQ(positions.size(), m->cluster.workers.size());
-  for (size_t w = 0; w < m->cluster.workers.size() && w < positions.size(); ++w) {
-    const auto& wc = m->cluster.workers[w];
-    auto source = actors::open_reader_source(wc);
-    EXPECT_TRUE(source) << source.err().to_string();
-    if (!source) continue;
-    for (uint64_t b = 0; b < positions[w]; ++b) {
-      auto batch = (*source)->next(wc.batch_size);
-      EXPECT_TRUE(batch);
-      if (!batch || batch->examples.empty()) break;
-      for (uint64_t k : batch->keys()) counts[k] += 1.0f;
-    }
+  EXPECT_EQ(m->data.format, model::data_format::criteo_tsv)
+      << "the oracle reads Criteo TSV only";
+  const auto lines = oracle_lines(m->data.path);
+  const uint64_t n = lines.size();
+  const uint64_t train =
+      m->split.train_examples != 0
+          ? m->split.train_examples
+          : n - static_cast<uint64_t>(std::floor(static_cast<double>(n) *
+                                                 m->split.heldout_fraction));
+  const uint64_t workers = m->cluster.workers.size();
+  EXPECT_EQ(positions.size(), workers);
+  for (uint64_t w = 0; w < workers && w < positions.size(); ++w) {
+    const uint64_t take = positions[w] * m->cluster.workers[w].batch_size;
+    uint64_t taken = 0;
+    for (uint64_t line = w; line < train && taken < take; line += workers, ++taken)
+      oracle_add_line_keys(lines[line], counts);
   }
   return counts;
 }

@@ -122,33 +122,46 @@ TEST(ManifestTable, EveryMalformedManifestGetsItsExactError) {
 }
 
 // Runs the schema checker over files; file -> "valid" / "invalid: ...".
-// Empty with `why` set when the checker cannot run here.
-std::map<std::string, std::string> schema_verdicts(const std::vector<std::string>& files,
-                                                   std::string& why) {
+// Only the checker's own "module missing" exit (77) leaves `skip_reason`
+// set; any other failure (a broken schema, a crash) is reported in `error`.
+struct schema_run {
+  std::map<std::string, std::string> verdicts;
+  std::string skip_reason;
+  std::string error;
+};
+
+schema_run schema_verdicts(const std::vector<std::string>& files) {
   std::string cmd =
       "/usr/bin/python3 " STRATA_SOURCE_DIR "/tests/deploy/schema_check.py " STRATA_SOURCE_DIR
       "/deploy/manifest.schema.json";
   for (const auto& f : files) cmd += " '" + f + "'";
   cmd += " 2>&1";
+  schema_run run;
   FILE* pipe = ::popen(cmd.c_str(), "r");
+  if (pipe == nullptr) {
+    run.error = "cannot start " + cmd;
+    return run;
+  }
   std::string out;
   char buf[4096];
-  while (pipe && std::fgets(buf, sizeof buf, pipe)) out += buf;
-  const int rc = pipe ? ::pclose(pipe) : -1;
-  std::map<std::string, std::string> verdicts;
+  while (std::fgets(buf, sizeof buf, pipe)) out += buf;
+  const int status = ::pclose(pipe);
+  const int rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  if (rc == 77) {
+    run.skip_reason =
+        "schema checker modules missing (python3-jsonschema, python3-yaml: make deps): " + out;
+    return run;
+  }
   if (rc != 0) {
-    why =
-        "schema checker unavailable (python3 with jsonschema and yaml; .ci/run installs "
-        "python3-jsonschema python3-yaml): " +
-        out;
-    return verdicts;
+    run.error = "schema checker failed (exit " + std::to_string(rc) + "): " + out;
+    return run;
   }
   std::istringstream lines(out);
   for (std::string line; std::getline(lines, line);) {
     const auto colon = line.find(": ");
-    if (colon != std::string::npos) verdicts[line.substr(0, colon)] = line.substr(colon + 2);
+    if (colon != std::string::npos) run.verdicts[line.substr(0, colon)] = line.substr(colon + 2);
   }
-  return verdicts;
+  return run;
 }
 
 TEST(ManifestSchema, ValidatorAndSchemaGiveTheSameVerdicts) {
@@ -189,9 +202,10 @@ TEST(ManifestSchema, ValidatorAndSchemaGiveTheSameVerdicts) {
     validator_valid[f] = static_cast<bool>(parse_manifest(bad.text, f));
     compared[f] = bad.schema_can_tell;
   }
-  std::string why;
-  auto verdicts = schema_verdicts(files, why);
-  if (verdicts.empty()) GTEST_SKIP() << why;
+  auto run = schema_verdicts(files);
+  if (!run.skip_reason.empty()) GTEST_SKIP() << run.skip_reason;
+  ASSERT_TRUE(run.error.empty()) << run.error;
+  auto& verdicts = run.verdicts;
   for (const auto& f : files) {
     ASSERT_TRUE(verdicts.count(f)) << "no schema verdict for " << f;
     const bool schema_valid = verdicts[f] == "valid";

@@ -3,9 +3,9 @@
 
 Usage: schema_check.py SCHEMA FILE...   One line per file: "FILE: valid" or
 "FILE: invalid: <first error>". Exit 0 when it could judge every file (the
-verdicts are the output), 2 when jsonschema or PyYAML is missing (the
+verdicts are the output), 77 when jsonschema or PyYAML is missing (the
 caller skips with that reason). A test-only tool: Debian's
-python3-jsonschema and python3-yaml (.ci/run installs them).
+python3-jsonschema and python3-yaml (deploy/install-deps.sh installs them).
 """
 import json
 import sys
@@ -15,7 +15,7 @@ try:
     import yaml
 except ImportError as e:  # pragma: no cover - depends on the machine
     print(f"schema_check: {e}", file=sys.stderr)
-    sys.exit(2)
+    sys.exit(77)
 
 
 def main() -> int:

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cmath>
 #include <fstream>
 #include <map>
 #include <set>
@@ -81,6 +82,15 @@ void expect_cumulative(const std::map<std::string, double>& series,
     std::sort(list.begin(), list.end());
     for (size_t i = 1; i < list.size(); ++i)
       EXPECT_LE(list[i - 1].second, list[i].second) << s << " le=" << list[i].first;
+    // The last bucket is +Inf, and it counts every observation: _count.
+    ASSERT_TRUE(std::isinf(list.back().first)) << s << " has no le=\"+Inf\" bucket";
+    std::string count = s;
+    const auto at = count.find("_bucket{");
+    ASSERT_NE(at, std::string::npos) << s;
+    count.replace(at, 8, "_count{");
+    const auto it = series.find(count);
+    ASSERT_NE(it, series.end()) << "no " << count << " beside " << s;
+    EXPECT_EQ(list.back().second, it->second) << s << ": le=\"+Inf\" differs from " << count;
   }
 }
 
@@ -91,7 +101,8 @@ TEST(Scrape, PromtoolAcceptsLiveAndFinalScrapesAndCountersNeverDecrease) {
   const uint16_t port = free_port();
   const auto manifest = dir.path() / "manifest.yaml";
   std::ofstream(manifest) << small_manifest(dir.path(), port, "scrape-node", 60000, 30, 0.1);
-  child_process strata({STRATA_BINARY, "launch", manifest.string()}, dir.path() / "launch.log");
+  child_process strata(STRATA_BINARY, {"launch", manifest.string()}, {},
+                       {dir.path() / "launch.log", {}});
 
   std::map<std::string, double> previous;
   size_t scrapes = 0, live_scrapes = 0, final_scrapes = 0;

@@ -21,61 +21,6 @@ namespace strata::monitoring::testing {
 
 namespace fs = std::filesystem;
 
-child_process::child_process(const std::vector<std::string>& argv, const fs::path& log)
-    : log_(log) {
-  std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  pid_ = ::fork();
-  if (pid_ == 0) {
-    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd >= 0) {
-      ::dup2(fd, STDOUT_FILENO);
-      ::dup2(fd, STDERR_FILENO);
-      ::close(fd);
-    }
-    ::execvp(args[0], args.data());
-    std::perror("execvp");
-    ::_exit(127);
-  }
-}
-
-child_process::~child_process() {
-  if (pid_ <= 0 || status_) return;
-  ::kill(pid_, SIGTERM);
-  if (!wait_for(std::chrono::seconds(5))) {
-    ::kill(pid_, SIGKILL);
-    int status = 0;
-    ::waitpid(pid_, &status, 0);
-  }
-}
-
-bool child_process::running() {
-  if (status_) return false;
-  int status = 0;
-  if (::waitpid(pid_, &status, WNOHANG) == pid_) {
-    status_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    return false;
-  }
-  return true;
-}
-
-std::optional<int> child_process::wait_for(std::chrono::milliseconds limit) {
-  const auto end = std::chrono::steady_clock::now() + limit;
-  while (running()) {
-    if (std::chrono::steady_clock::now() >= end) return std::nullopt;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return status_;
-}
-
-std::string child_process::output() const {
-  std::ifstream in(log_);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 uint16_t free_port() { return strata::testing::free_port(); }
 
 std::optional<std::string> http_get(uint16_t port, const std::string& path) {

@@ -1,8 +1,5 @@
 // Helpers for the monitoring tests, which run real processes (strata
 // launch, prometheus, promtool) on loopback:
-//   child_process  fork/exec with stdout+stderr to a file; the destructor
-//                  kills it (SIGTERM, then SIGKILL) and reaps it, so a
-//                  failing test never leaves a process behind;
 //   free_port      a loopback port free a moment ago, below the ephemeral range;
 //   http_get       a plain HTTP/1.0 GET on loopback (no client library);
 //   parse_exposition  Prometheus text format -> series -> value.
@@ -18,26 +15,12 @@
 #include <string>
 #include <vector>
 
+#include "common/child_process.hpp"
+
 namespace strata::monitoring::testing {
 
-class child_process {
- public:
-  // Runs argv[0] (searched on PATH) with its output to `log`.
-  child_process(const std::vector<std::string>& argv, const std::filesystem::path& log);
-  ~child_process();
-  child_process(const child_process&) = delete;
-  child_process& operator=(const child_process&) = delete;
-
-  bool running();
-  // Waits up to `limit` for the exit; the exit status, or nullopt.
-  std::optional<int> wait_for(std::chrono::milliseconds limit);
-  std::string output() const;  // what it has written so far
-
- private:
-  pid_t pid_ = -1;
-  std::optional<int> status_;
-  std::filesystem::path log_;
-};
+// Processes: common/child_process.hpp, the one helper of the project's tests.
+using strata::child_process;
 
 uint16_t free_port();
 

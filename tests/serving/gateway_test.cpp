@@ -21,6 +21,7 @@
 #include "client/client.hpp"
 #include "client/ucx_client.hpp"
 #include "common/child_process.hpp"
+#include "tests/sanitize/runtime_preload.hpp"
 #include "tests/tiers/test_util.hpp"
 
 namespace strata {
@@ -183,10 +184,11 @@ TEST(Gateway, PythonPushesAndTorchTrainsStrataEmbeddings) {
   std::ofstream(manifest) << store_manifest(dir.path(), port, "0.125");
   store_node s;
   start(s, manifest, port);
-  const std::string command = "PYTHONPATH=" STRATA_PYTHON_MODULE_DIR " /usr/bin/python3 " STRATA_SOURCE_DIR
-                              "/tests/serving/python_gateway_test.py 127.0.0.1:" +
-                              std::to_string(port) + " emb 0.125 > " +
-                              (dir.path() / "py.log").string() + " 2>&1";
+  const std::string command =
+      testing::sanitizer_preload() +
+      "PYTHONPATH=" STRATA_PYTHON_MODULE_DIR " /usr/bin/python3 " STRATA_SOURCE_DIR
+      "/tests/serving/python_gateway_test.py 127.0.0.1:" +
+      std::to_string(port) + " emb 0.125 > " + (dir.path() / "py.log").string() + " 2>&1";
   const int rc = std::system(command.c_str());
   std::ostringstream log;
   log << std::ifstream(dir.path() / "py.log").rdbuf();

@@ -28,6 +28,7 @@
 #include "serving/transport_endpoint.hpp"
 #include "serving/update_stream.hpp"
 #include "tests/serving/serving_test_util.hpp"
+#include "tests/sanitize/runtime_preload.hpp"
 #include "tests/tiers/test_util.hpp"
 #include "tiers/cpu_cache.hpp"
 
@@ -345,12 +346,20 @@ TEST(OnlineUpdates, PublishedRowsAreServedWithinTheIntervalAndResumeAfterAPublis
   const uint64_t k1 = n.rows.keys[10], k2 = n.rows.keys[11];
   const uint64_t v1 = n.rows.versions.at(k1) + 1;
   std::vector<float> w(dim, 9.0f);
-  publisher->publish(std::vector<uint64_t>{k1}, w, std::vector<uint64_t>{v1});
   auto version_of = [&](uint64_t key) {
     auto r = c.lookup("ads", std::vector<uint64_t>{key});
     return r ? r->versions[0] : 0;
   };
-  ASSERT_TRUE(eventually([&] { return version_of(k1) == v1; }));
+  // Within the interval: the row is served a few intervals after its
+  // publication at most (the publisher sends every 50 ms, the subscriber
+  // applies at once). The bound is 20 intervals, generous for a loaded or
+  // sanitized machine, but far below what a missed send would take (the
+  // next publication, or never).
+  const auto published = std::chrono::steady_clock::now();
+  publisher->publish(std::vector<uint64_t>{k1}, w, std::vector<uint64_t>{v1});
+  ASSERT_TRUE(eventually([&] { return version_of(k1) == v1; }, 20 * pc.interval))
+      << "not served within 20 intervals of " << pc.interval.count() << " ms";
+  EXPECT_LT(std::chrono::steady_clock::now() - published, 20 * pc.interval);
   EXPECT_EQ(c.lookup("ads", std::vector<uint64_t>{k1})->weights[0], 9.0f);
 
   // The training cluster restarts (a new publisher, a new incarnation) on
@@ -500,6 +509,7 @@ TEST(PythonClient, ImportsLooksUpAndTrainsATorchModelThroughStrata) {
   }
   std::ofstream(n.dir.path() / "expected.json") << expected.dump();
   const std::string command =
+      testing::sanitizer_preload() +
       "PYTHONPATH=" STRATA_PYTHON_MODULE_DIR " /usr/bin/python3 " STRATA_SOURCE_DIR
       "/tests/serving/python_client_test.py 127.0.0.1:" +
       std::to_string(n.binary->port()) + " ads " + (n.dir.path() / "expected.json").string() +

@@ -116,12 +116,16 @@ TEST(NodeBridge, RequestsGetTheirRepliesAndTheWindowBoundsOutstandingBytes) {
   });
   // b holds the requests unanswered: a's window fills after three frames
   // (3 x 256 KiB + headers fit in 1 MiB, four do not) and its sender
-  // blocks. Give it time to overrun the window if it could.
+  // blocks inside the fourth request: the bridge counts it as blocked.
   ASSERT_TRUE(p.b_in.wait_for(3, 30s));
-  const auto deadline = std::chrono::steady_clock::now() + 1s;
-  while (std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(10ms);
+  const auto until_blocked = std::chrono::steady_clock::now() + 30s;
+  while (p.a->stats().peers[0].blocked_senders == 0 &&
+         std::chrono::steady_clock::now() < until_blocked)
+    std::this_thread::sleep_for(1ms);
+  auto stats = p.a->stats();
+  ASSERT_EQ(stats.peers[0].blocked_senders, 1u) << "the fourth request was not held back";
   EXPECT_EQ(sent.load(), 3);
-  const auto stats = p.a->stats();
+  stats = p.a->stats();
   EXPECT_LE(stats.peers[0].outstanding_bytes, window);
   EXPECT_EQ(stats.peers[0].pending_requests, static_cast<uint64_t>(sent.load()));
   // Answer everything as it comes: the sender unblocks and finishes.
