@@ -20,13 +20,13 @@ build: configure
 # The suite (everything not labelled "long"), then the list of skipped
 # tests with their reasons: a skip is never silent.
 test: build
-	@cd $(BUILD) && { ctest --output-on-failure -j $(JOBS) -LE long; rc=$$?; \
-	  python3 $(CURDIR)/tests/report_skips.py .; exit $$rc; }
+	@cd $(BUILD) && { ctest --output-on-failure -j $(JOBS) -LE long --output-junit ctest-junit.xml; \
+	  rc=$$?; python3 $(CURDIR)/tests/report_skips.py ctest-junit.xml; exit $$rc; }
 
 # Long cluster and soak tests (label "long"; none is also a pass).
 test-long: build
-	@cd $(BUILD) && { ctest --output-on-failure -L long; rc=$$?; \
-	  python3 $(CURDIR)/tests/report_skips.py .; exit $$rc; }
+	@cd $(BUILD) && { ctest --output-on-failure -L long --output-junit ctest-long-junit.xml; \
+	  rc=$$?; python3 $(CURDIR)/tests/report_skips.py ctest-long-junit.xml; exit $$rc; }
 
 # Every fuzz target for a bounded time each (FUZZ_SECONDS), in build-fuzz/.
 FUZZ_SECONDS ?= 30

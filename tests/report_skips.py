@@ -1,30 +1,19 @@
 #!/usr/bin/env python3
 """Lists the tests a ctest run skipped, each with its reason, so that a skip
-is never silent. Reads ctest's log of the last run.
+is never silent. Reads the JUnit file of that run (ctest --output-junit).
 
-Usage: report_skips.py BUILD_DIR
-Prints "skipped: N tests" and one "  NAME: REASON" line each (nothing when
-none skipped). Always exits 0: the ctest run decides pass or fail.
+Usage: report_skips.py JUNIT_XML
+Prints "skipped: none", or "skipped: N tests" and one "  NAME: REASON" line
+each. Always exits 0: the ctest run decides pass or fail.
 """
 import pathlib
-import re
 import sys
-
-
-def blocks(log: str):
-    """(name, output, trailer) for every test in the log; the trailer holds
-    ctest's verdict lines (e.g. "Skip regular expression found")."""
-    pattern = re.compile(
-        r"^\d+/\d+ Test: (?P<name>.+?)\n.*?^Output:\n-+\n(?P<out>.*?)<end of output>\n"
-        r"(?P<trailer>.*?)time elapsed",
-        re.S | re.M,
-    )
-    for m in pattern.finditer(log):
-        yield m["name"], m["out"], m["trailer"]
+import xml.etree.ElementTree as ET
 
 
 def reason(output: str) -> str:
-    """The skip message: GoogleTest's text after 'Skipped', or a SKIP line."""
+    """The skip message: GoogleTest's text after '...: Skipped', or the
+    line of a script that says SKIP."""
     lines = output.splitlines()
     for i, line in enumerate(lines):
         if line.rstrip().endswith(": Skipped"):
@@ -43,21 +32,22 @@ def reason(output: str) -> str:
 
 
 def main() -> int:
-    log_path = pathlib.Path(sys.argv[1]) / "Testing" / "Temporary" / "LastTest.log"
-    if not log_path.exists():
-        print(f"report_skips: no ctest log at {log_path}")
+    path = pathlib.Path(sys.argv[1])
+    if not path.exists():
+        print(f"report_skips: no JUnit file at {path}")
         return 0
-    log = log_path.read_text(errors="replace")
     skipped = []
-    for name, out, trailer in blocks(log):
-        if "[  SKIPPED ]" in out or re.search(r"^Skip", trailer, re.M) or "Test Skipped" in trailer:
-            skipped.append((name, reason(out)))
-    if skipped:
-        print(f"skipped: {len(skipped)} tests")
-        for name, why in skipped:
-            print(f"  {name}: {why[:300]}")
-    else:
+    for case in ET.parse(path).getroot().iter("testcase"):
+        if case.find("skipped") is None and case.get("status") != "notrun":
+            continue
+        out = case.findtext("system-out") or ""
+        skipped.append((case.get("name"), reason(out)))
+    if not skipped:
         print("skipped: none")
+        return 0
+    print(f"skipped: {len(skipped)} tests")
+    for name, why in skipped:
+        print(f"  {name}: {why[:300]}")
     return 0
 
 

@@ -3,7 +3,8 @@
 // download). Usage: node k8s_check.js FILE. Prints "ok: Kind/name ..." or
 // the first invalid object and its errors (exit 1). Exit 2 when the
 // packages are missing (the caller skips with that reason). Test-only:
-// .ci/run installs kubernetes-models and yaml into .ci/tools.
+// deploy/install-deps.sh installs kubernetes-models and yaml (pinned in
+// tests/deploy/npm) into .ci/tools.
 let YAML, models;
 try {
   YAML = require("yaml");

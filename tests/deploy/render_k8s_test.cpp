@@ -85,7 +85,7 @@ TEST(RenderK8s, ValidKubernetesObjectsOffline) {
     const int status = ::pclose(pipe);
     const int rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
     if (rc == 2 || rc == 127)
-      GTEST_SKIP() << "kubernetes-models not available (.ci/run installs it into .ci/tools): "
+      GTEST_SKIP() << "kubernetes-models not available (deploy/install-deps.sh installs it into .ci/tools): "
                    << result;
     EXPECT_EQ(rc, 0) << example << ": " << result;
     EXPECT_EQ(result.rfind("ok: ConfigMap/", 0), 0u) << result;
