@@ -1,0 +1,484 @@
+// `strata node --manifest M --node NAME [--resume DIR]`: one node of a
+// manifest in this process (what `strata launch` starts per node,
+// deploy/launch_command.cpp).
+//
+// A node's steps, each announced on stdout: validate the manifest;
+// generate the data if the manifest has a `data.generate` block and the
+// file is absent; cut the training and held-out windows; clear the shard
+// state (the previous run's LMDB environments under shards.ssd_path are
+// removed); with --resume, restore the checkpoint into them (never the live
+// files a killed process left); train with a progress line on stderr
+// (SIGINT/SIGTERM: a graceful stop at the next cut, with a final
+// checkpoint); print the report. With a
+// `metrics` port, /metrics is served from before training starts; after
+// training the report's values are frozen there and served for
+// metrics.linger_seconds (the report is printed first), then the node stops.
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <system_error>
+#include <thread>
+
+#include "actors/checkpoint.hpp"
+#include "actors/coordinator_actor.hpp"
+#include "actors/local_cluster.hpp"
+#include "deploy/admin_server.hpp"
+#include "deploy/cache_backend_choice.hpp"
+#include "deploy/commands.hpp"
+#include "deploy/launch_data.hpp"
+#include "deploy/launch_report.hpp"
+#include "deploy/manifest.hpp"
+#include "deploy/preflight.hpp"
+#include "deploy/multi_node.hpp"
+#include "deploy/status_line.hpp"
+#include "deploy/version.hpp"
+#include "monitoring/exporter.hpp"
+#include "serving/binary_server.hpp"
+#include "serving/training_gateway.hpp"
+#include "serving/transport_endpoint.hpp"
+#include "serving/update_stream.hpp"
+
+namespace strata::cli {
+namespace {
+
+namespace fs = std::filesystem;
+// The node's steps (launch_data.hpp) and what it prints (launch_report.hpp).
+using namespace detail;
+
+// SIGINT/SIGTERM in a node: a thread of its own waits for them (they are
+// blocked in every other thread) and asks the coordinator to stop at the
+// next cut. A second signal exits at once.
+class stop_on_signal {
+ public:
+  stop_on_signal() {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set, nullptr);  // before any CAF thread starts
+    std::thread([this, set] {
+      for (;;) {
+        int sig = 0;
+        if (sigwait(&set, &sig) != 0) continue;
+        std::lock_guard lock(mutex_);
+        ++signals_;
+        if (signals_ > 1) {
+          std::fprintf(stderr, "strata node: second signal; exiting without a checkpoint\n");
+          ::_exit(130);
+        }
+        std::fprintf(stderr, "\nstrata node: signal %d: stopping gracefully at the next cut\n",
+                     sig);
+        if (coordinator_) caf::anon_send(*coordinator_, actors::stop_atom::value);
+        if (member_) member_->request_stop();
+      }
+    }).detach();
+  }
+  // A node of several: a signal also aborts its join, and a member keeps
+  // serving until the coordinator's node has stopped.
+  void watch(deploy::node_membership* member) {
+    std::lock_guard lock(mutex_);
+    member_ = member;
+    if (signals_ > 0) member->request_stop();
+  }
+  void watch(const actors::coordinator_actor& c) {
+    std::lock_guard lock(mutex_);
+    coordinator_ = c;
+    if (signals_ > 0) caf::anon_send(c, actors::stop_atom::value);
+  }
+  void forget() {
+    std::lock_guard lock(mutex_);
+    coordinator_.reset();
+    member_ = nullptr;
+  }
+
+ private:
+  std::mutex mutex_;
+  int signals_ = 0;
+  std::optional<actors::coordinator_actor> coordinator_;
+  deploy::node_membership* member_ = nullptr;
+};
+
+int run_node(const std::string& path, const std::string& node, const std::string& resume) {
+  auto fail = [](const error& e) {
+    std::fflush(stdout);
+    std::cerr << "strata node: " << e.message() << '\n';
+    return 1;
+  };
+  // Lives as long as the process: its signal thread is never joined.
+  static stop_on_signal& signals = *new stop_on_signal;
+  auto loaded = deploy::load_manifest(path);
+  if (!loaded) return fail(loaded.err());
+  deploy::manifest& m = *loaded;
+  // A manifest of several nodes: this process is one of them.
+  std::unique_ptr<deploy::node_membership> member;
+  if (m.nodes.size() > 1) {
+    if (node.empty()) {
+      std::string names;
+      for (const auto& n : m.nodes) names += (names.empty() ? "" : ", ") + n.name;
+      return fail(error(errc::invalid_argument,
+                        path + ": describes " + std::to_string(m.nodes.size()) + " nodes (" +
+                            names + "): give --node NAME, or start them all with strata launch"));
+    }
+    auto created = deploy::node_membership::create(m, node);
+    if (!created) return fail(created.err());
+    member = std::move(*created);
+    signals.watch(member.get());
+    const auto& me = *std::find_if(m.nodes.begin(), m.nodes.end(),
+                                   [&](const auto& n) { return n.name == node; });
+    // Each node its own metrics endpoint; the admin API on the first.
+    m.metrics.node = node;
+    if (me.metrics_port != 0)
+      m.metrics.port = me.metrics_port;
+    else if (!member->runs_coordinator())
+      m.metrics.port = 0;
+    if (!member->runs_coordinator())
+      m.admin.port = 0;
+    else if (me.admin_port != 0)
+      m.admin.port = me.admin_port;
+  } else if (!m.nodes.empty() && !node.empty()) {
+    if (node != m.nodes.front().name)
+      return fail(error(errc::not_found, path + ": no node '" + node + "' (nodes: " +
+                                             m.nodes.front().name + ")"));
+  } else if (!node.empty() && node != m.metrics.node) {
+    return fail(error(errc::not_found, path + ": no node '" + node +
+                                           "' (this manifest describes one node, '" +
+                                           m.metrics.node + "')"));
+  }
+  const bool coordinator_here = !member || member->runs_coordinator();
+  const std::vector<bool> hosted = member ? member->hosted_shards() : std::vector<bool>{};
+  if (status backend = apply_cache_backend(m); !backend) return fail(backend.err());
+  std::printf("manifest %s: ok (node %s, pid %d)\n", path.c_str(), m.metrics.node.c_str(),
+              static_cast<int>(::getpid()));
+  if (member)
+    std::printf("node %s of %zu: hosts %s\n", member->name().c_str(), m.nodes.size(),
+                member->describe().c_str());
+
+  // A cluster without workers is a store that clients train through (the
+  // gateway): no data to read.
+  const bool store_only = m.cluster.workers.empty();
+  if (store_only) {
+    std::printf("store: no workers; clients look up and push rows through the gateway\n");
+  } else {
+    auto prepared = prepare_data(m, path, node, coordinator_here);
+    if (!prepared) return fail(prepared.err());
+  }
+  std::vector<fs::path> candidates;
+  if (!resume.empty()) {
+    // A checkpoint of another layout is refused before anything is cleared.
+    auto found = resume_candidates(resume);
+    if (!found) return fail(found.err());
+    candidates = std::move(*found);
+    auto meta = actors::read_checkpoint_meta(candidates.front());
+    if (!meta) return fail(meta.err());
+    auto fits =
+        actors::check_compatible(*meta, candidates.front(), m.cluster.table, m.cluster.partitions);
+    if (!fits) return fail(fits.err());
+  }
+  auto cleared = clear_shard_state(m, hosted);
+  if (!cleared) return fail(cleared.err());
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    const fs::path* dir = &candidates[i];
+    const auto start = std::chrono::steady_clock::now();
+    actors::cluster_config restored = m.cluster;
+    auto meta = actors::restore_checkpoint(*dir, restored, hosted);
+    if (!meta) {
+      const bool damaged =
+          meta.err().code() == errc::corrupt_data || meta.err().code() == errc::not_found;
+      if (!damaged || i + 1 == candidates.size()) return fail(meta.err());
+      std::fprintf(stderr,
+                   "strata node: checkpoint %s is damaged (%s); falling back to the previous "
+                   "complete checkpoint, %s\n",
+                   dir->c_str(), meta.err().message().c_str(), candidates[i + 1].c_str());
+      cleared = clear_shard_state(m, hosted);  // what the failed restore wrote
+      if (!cleared) return fail(cleared.err());
+      continue;
+    }
+    m.cluster = std::move(restored);
+    uint64_t rows = 0;
+    for (uint64_t r : meta->shard_rows) rows += r;
+    std::string positions;
+    for (uint64_t p : meta->positions)
+      positions += (positions.empty() ? "" : " ") + std::to_string(p);
+    std::printf(
+        "resumed from checkpoint %s: epoch %llu, %llu rows from %zu into %zu shards in %.1f s, "
+        "incarnation %u, worker positions [%s]\n",
+        dir->c_str(), static_cast<unsigned long long>(meta->epoch),
+        static_cast<unsigned long long>(rows), meta->shard_rows.size(), m.cluster.shards.size(),
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+        static_cast<unsigned>(m.cluster.incarnation), positions.c_str());
+    break;
+  }
+  if (m.cluster.checkpoint.enabled()) {
+    const auto& ck = m.cluster.checkpoint;
+    std::string every = "stop only";
+    if (ck.interval_batches) every = std::to_string(ck.interval_batches) + " batches per worker";
+    if (ck.interval_seconds) every = std::to_string(ck.interval_seconds) + " s";
+    std::printf("checkpoints: into %s, every %s, keeping %u\n", ck.directory.c_str(), every.c_str(),
+                ck.keep);
+  }
+
+  // Online updates: every shard tells the publisher of the rows it updates.
+  std::shared_ptr<serving::update_publisher> publisher;
+  // A node of several publishes its own shards' updates, on its
+  // updates_port (updates.port on the first node if it has none).
+  bool publishes = m.updates.present;
+  uint16_t updates_port = m.updates.port;
+  if (publishes && member) {
+    const auto& me = *std::find_if(m.nodes.begin(), m.nodes.end(),
+                                   [&](const auto& n) { return n.name == member->name(); });
+    const bool hosts_shards =
+        std::find(hosted.begin(), hosted.end(), true) != hosted.end();
+    updates_port = me.updates_port != 0 ? me.updates_port
+                                        : (member->runs_coordinator() ? m.updates.port : 0);
+    if (!hosts_shards) {
+      publishes = false;
+    } else if (updates_port == 0) {
+      return fail(error(errc::invalid_argument,
+                        path + ": node '" + me.name +
+                            "' hosts shards and the manifest has `updates`: give it "
+                            "nodes[].updates_port (serving subscribes to every node's publisher)"));
+    }
+  }
+  if (publishes) {
+    serving::publisher_config pc;
+    pc.table = m.cluster.table.name;
+    pc.dim = m.cluster.table.layout.dim;
+    pc.stream = (uint64_t{std::random_device{}()} << 32 | std::random_device{}()) | 1;
+    pc.interval = std::chrono::milliseconds(m.updates.interval_ms);
+    pc.max_rows = m.updates.max_rows;
+    pc.bind_address = m.updates.bind_address;
+    pc.port = updates_port;
+    publisher = std::make_shared<serving::update_publisher>(pc);
+    if (auto ok = publisher->start(); !ok) return fail(ok.err());
+    for (auto& shard : m.cluster.shards) shard.updates = publisher;
+    std::printf("updates: publishing table '%s' on %s:%u every %u ms or %u rows\n",
+                pc.table.c_str(), pc.bind_address.c_str(), publisher->port(), m.updates.interval_ms,
+                m.updates.max_rows);
+  }
+
+  const auto& c = m.cluster;
+  std::printf(
+      "training: %s mode, %zu shards (DRAM %s each, LMDB under %s), %zu cache tiers (%llu rows "
+      "each), %zu workers (batch %u), %s threads\n",
+      mode_name(c.mode).c_str(), c.shards.size(),
+      deploy::format_size(c.shards.front().dram.capacity_bytes).c_str(), m.ssd_path.c_str(),
+      c.caches.size(), static_cast<unsigned long long>(c.caches.front().geometry.capacity_rows()),
+      c.workers.size(), c.workers.empty() ? 0u : c.workers.front().batch_size,
+      c.threads ? std::to_string(c.threads).c_str() : "all");
+  std::fflush(stdout);
+
+  std::unique_ptr<monitoring::exporter> metrics;
+  if (m.metrics.port != 0) {
+    monitoring::exporter_config mc;
+    mc.bind_address = m.metrics.bind_address;
+    mc.port = m.metrics.port;
+    mc.node = m.metrics.node;
+    mc.table = c.table.name;
+    auto started = monitoring::exporter::start(
+        mc, {STRATA_VERSION, STRATA_GIT_REVISION, STRATA_CUDA_ENABLED != 0});
+    if (!started) return fail(started.err());
+    metrics = std::move(*started);
+    std::printf("metrics: serving %s (node %s)\n", metrics->url().c_str(), mc.node.c_str());
+    std::fflush(stdout);
+  }
+
+  const uint64_t total = planned_examples(c);
+  status_line line;
+  bool printed = false;
+  // The admin API (admin.port): served from the coordinator's start until
+  // the report is printed.
+  std::string token;
+  if (m.admin.port != 0) {
+    if (!m.admin.token_file.empty()) {
+      auto created = deploy::ensure_secret_file(m.admin.token_file, m.admin.create_if_missing,
+                                                m.file.string() + ": admin.token_file");
+      if (!created) return fail(created.err());
+      if (*created)
+        std::printf("admin: created the token file %s (mode 0600)\n",
+                    m.admin.token_file.c_str());
+    }
+    auto read = deploy::admin_token(m);
+    if (!read) return fail(read.err());
+    token = *read;
+  }
+  std::unique_ptr<deploy::admin_server> admin;
+  std::optional<error> admin_failure;
+  auto start_admin = [&](caf::actor_system& system, const actors::training_cluster& cluster) {
+    if (m.admin.port == 0) return;
+    deploy::admin_config ac;
+    ac.bind_address = m.admin.bind_address;
+    ac.port = m.admin.port;
+    ac.token = token;
+    ac.cluster = c.name;
+    for (const auto& n : m.nodes) ac.nodes.push_back({n.name, n.host});
+    if (ac.nodes.empty()) ac.nodes.push_back({m.metrics.node, m.admin.bind_address});
+    auto started = deploy::admin_server::start(ac, system, cluster.coordinator);
+    if (!started) {
+      admin_failure = started.err();
+      caf::anon_send(cluster.coordinator, actors::stop_atom::value);
+      return;
+    }
+    admin = std::move(*started);
+    std::printf("admin: serving %s\n", admin->url().c_str());
+    std::fflush(stdout);
+  };
+  actors::cluster_hooks hooks;
+  // The gateway (gateway.port): clients' lookups and pushes, served by the
+  // coordinator's node from its start until training ends.
+  std::unique_ptr<serving::training_gateway> gateway_service;
+  std::unique_ptr<serving::binary_server> gateway;
+  std::unique_ptr<serving::transport_endpoint> gateway_ucx;
+  auto start_gateway = [&](caf::actor_system& system, const actors::training_cluster& cluster) {
+    if (m.gateway.port == 0) return;
+    serving::gateway_config gc;
+    gc.table = c.table.name;
+    gc.layout = c.table.layout;
+    gc.accepts_push = c.mode == actors::training_mode::async;
+    gc.max_request_keys = m.gateway.max_request_keys;
+    gateway_service =
+        std::make_unique<serving::training_gateway>(system, cluster.coordinator, gc);
+    gateway = std::make_unique<serving::binary_server>(*gateway_service);
+    if (auto ok = gateway->start(m.gateway.bind_address, m.gateway.port); !ok) {
+      admin_failure = error(ok.err().code(), "gateway.port: " + ok.err().message());
+      gateway.reset();
+      caf::anon_send(cluster.coordinator, actors::stop_atom::value);
+      return;
+    }
+    std::printf("gateway: serving lookups%s of table '%s' on %s:%u\n",
+                gc.accepts_push ? " and pushes" : "", gc.table.c_str(),
+                m.gateway.bind_address.c_str(), static_cast<unsigned>(gateway->port()));
+    if (m.gateway.transport_port != 0) {
+      // Gateway requests wait for shards: worker threads, not the progress thread.
+      gateway_ucx = std::make_unique<serving::transport_endpoint>(*gateway_service, 2);
+      transport::bridge_config bc;
+      bc.node_name = "gateway-" + c.name;
+      bc.listen_address = m.gateway.bind_address;
+      bc.listen_port = m.gateway.transport_port;
+      if (auto ok = gateway_ucx->start(bc); !ok) {
+        admin_failure = error(ok.err().code(), "gateway.transport_port: " + ok.err().message());
+        gateway_ucx.reset();
+        caf::anon_send(cluster.coordinator, actors::stop_atom::value);
+        return;
+      }
+      std::printf("gateway: the same over UCX on %s:%u\n", m.gateway.bind_address.c_str(),
+                  static_cast<unsigned>(gateway_ucx->port()));
+    }
+    std::fflush(stdout);
+  };
+  hooks.started = [&](caf::actor_system& system, const actors::training_cluster& cluster) {
+    if (cluster.coordinator) {
+      signals.watch(cluster.coordinator);
+      start_admin(system, cluster);
+      start_gateway(system, cluster);
+    }
+    if (!metrics) return;
+    // This node's own actors (a node of several exports only what it hosts).
+    std::vector<actors::shard_actor> shards;
+    std::vector<actors::cache_tier_actor> caches;
+    std::vector<caf::actor> others;
+    for (size_t i = 0; i < cluster.shards.size(); ++i)
+      if (cluster.shard_here.empty() || cluster.shard_here[i]) shards.push_back(cluster.shards[i]);
+    for (size_t i = 0; i < cluster.caches.size(); ++i)
+      if (cluster.cache_here.empty() || cluster.cache_here[i]) caches.push_back(cluster.caches[i]);
+    for (size_t i = 0; i < cluster.workers.size(); ++i)
+      if (cluster.worker_here.empty() || cluster.worker_here[i])
+        others.push_back(caf::actor_cast<caf::actor>(cluster.workers[i]));
+    if (cluster.dense_here) others.push_back(caf::actor_cast<caf::actor>(cluster.dense));
+    if (cluster.coordinator) others.push_back(caf::actor_cast<caf::actor>(cluster.coordinator));
+    metrics->watch(system, shards, caches, others);
+    if (member && member->bridge()) {
+      auto* bridge = member->bridge();
+      metrics->watch_transport([bridge] { return bridge->stats(); });
+    }
+  };
+  // The actors are still alive here: freeze the final values, print the
+  // report, and keep serving them for the linger period.
+  hooks.finished = [&](const actors::training_report& r) {
+    if (gateway) gateway->stop();
+    if (gateway_ucx) gateway_ucx->stop();
+    if (metrics) {
+      // A node of several exports only the tiers it hosts (the
+      // coordinator's report lists every node's).
+      actors::training_report own = r;
+      if (member) {
+        std::erase_if(own.tiers, [&](const actors::tier_stats& t) {
+          const auto& nodes = t.kind == "shard" ? m.shard_nodes : m.cache_nodes;
+          return t.index >= nodes.size() || nodes[t.index] != member->name();
+        });
+      }
+      metrics->freeze(own);
+    }
+    line.done();
+    if (coordinator_here)
+      print_report(m, r);
+    else
+      print_member_report(m, *member, r);
+    printed = true;
+    if (metrics && m.metrics.linger_seconds > 0) {
+      std::printf("metrics: serving the final values on %s for %u s\n", metrics->url().c_str(),
+                  m.metrics.linger_seconds);
+      std::fflush(stdout);
+      std::this_thread::sleep_for(std::chrono::seconds(m.metrics.linger_seconds));
+    }
+  };
+  if (member) {
+    hooks.place = [&](caf::actor_system& system) { return member->place(system); };
+    hooks.join = [&](const actors::training_cluster& cluster) { return member->join(cluster); };
+    hooks.serve_until_done = [&] { return member->serve_until_done(); };
+  }
+  // While the actor system still exists: the gateway's requests use it.
+  hooks.shutdown = [&](bool ok) {
+    if (gateway) gateway->stop();
+    if (gateway_ucx) gateway_ucx->stop();
+    if (member) member->finish(ok);
+  };
+  actors::progress_callback progress;
+  if (coordinator_here)
+    progress = [&](const actors::training_progress& p) {
+      if (metrics) metrics->update_training(p);
+      line.update(progress_text(p, total));
+    };
+  auto report = actors::run_local_cluster(c, progress, hooks);
+  signals.forget();
+  line.done();
+  if (publisher) publisher->stop();  // sends what is still pending
+  if (admin) admin->stop();
+  if (gateway) gateway->stop();
+  if (admin_failure) return fail(*admin_failure);
+  if (!report) return fail(report.err());
+  if (!printed) {
+    if (coordinator_here)
+      print_report(m, *report);
+    else
+      print_member_report(m, *member, *report);
+  }
+  std::fflush(stdout);
+  return 0;
+}
+
+}  // namespace
+
+void add_node_command(CLI::App& app, int& exit_code) {
+  auto path = std::make_shared<std::string>();
+  auto node = std::make_shared<std::string>();
+  auto resume = std::make_shared<std::string>();
+  auto* cmd = app.add_subcommand(
+      "node", "run one node of a manifest in this process (what strata launch starts per node)");
+  cmd->add_option("--manifest", *path, "the manifest (YAML)")->required();
+  cmd->add_option("--node", *node, "the node's name (the manifest's metrics.node, else its name)");
+  cmd->add_option("--resume", *resume,
+                  "restore this checkpoint (or the latest complete one under this directory)");
+  cmd->callback([path, node, resume, &exit_code] { exit_code = run_node(*path, *node, *resume); });
+}
+
+}  // namespace strata::cli

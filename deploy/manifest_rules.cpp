@@ -1,0 +1,156 @@
+// The rules between fields (docs/manifest.md, Rules between fields),
+// checked once every field parsed (deploy/manifest_parse.hpp).
+#include <cmath>
+#include <cstdint>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "deploy/manifest_parse.hpp"
+#include "deploy/manifest_reader.hpp"
+#include "tiers/dram_tier.hpp"
+
+namespace strata::deploy::detail {
+namespace {
+
+// Slots the readers produce per example, by format (features.hpp).
+constexpr uint32_t criteo_slots = 13 + 26;
+
+}  // namespace
+
+uint32_t reader_slots(const raw_manifest& r) {
+  switch (r.data.format) {
+    case model::data_format::criteo_tsv:
+      return criteo_slots;
+    case model::data_format::csv:
+      return static_cast<uint32_t>(r.data.columns.integer.size() +
+                                   r.data.columns.categorical.size());
+    case model::data_format::libffm:
+      return 0;  // fields are whatever the file holds
+  }
+  return 0;
+}
+
+void check_rules(const raw_manifest& r, diagnostics& diag) {
+  std::set<std::string> node_names;
+  for (size_t i = 0; i < r.nodes.size(); ++i) {
+    const auto& n = r.nodes[i];
+    const std::string path = "nodes[" + std::to_string(i) + "]";
+    if (!n.name.empty() && !node_names.insert(n.name).second)
+      diag.fail(r.node_marks[i], path + ".name", "duplicate node name \"" + n.name + "\"");
+    if (n.dram_bytes != 0 && n.dram_bytes < r.dram.capacity_bytes)
+      diag.fail(r.node_marks[i], path + ".dram_bytes",
+                "node budget " + format_size(n.dram_bytes) + " cannot hold one shard's " +
+                    "shards.dram_bytes (" + format_size(r.dram.capacity_bytes) + ")");
+  }
+  auto check_placement = [&](const std::vector<std::string>& names,
+                             const std::vector<std::pair<std::string, YAML::Mark>>& marks,
+                             const std::string& what, const std::string& section,
+                             uint32_t count) {
+    for (size_t i = 0; i < names.size(); ++i)
+      if (!node_names.count(names[i]))
+        diag.fail(marks[i].second, marks[i].first,
+                  what + " " + std::to_string(i) + " placed on unknown node \"" + names[i] + "\"" +
+                      (r.nodes.empty() ? " (the manifest has no nodes list)" : ""));
+    if (!names.empty() && names.size() != count)
+      diag.fail_at(section + ".placement", "names " + std::to_string(names.size()) +
+                                               " nodes for " + section + ".count " +
+                                               std::to_string(count) + " " + section);
+  };
+  check_placement(r.placement, r.placement_marks, "shard", "shards", r.shard_count);
+  check_placement(r.cache_placement, r.cache_placement_marks, "cache tier", "caches",
+                  r.cache_count);
+  check_placement(r.worker_placement, r.worker_placement_marks, "worker", "workers",
+                  r.worker_count);
+  if (r.worker_count == 0 && r.gateway.port == 0)
+    diag.fail_at("workers.count",
+                 "0 workers (a store that clients train through) needs gateway.port, where "
+                 "their lookups and pushes arrive");
+  if (r.worker_count == 0 && r.mode != actors::training_mode::async)
+    diag.fail_at("workers.count", "0 workers needs mode: async (clients push to the shards)");
+  if (r.transport.heartbeat_timeout_ms <= r.transport.heartbeat_interval_ms)
+    diag.fail_at("transport.heartbeat_timeout_ms",
+                 "must be longer than transport.heartbeat_interval_ms (" +
+                     std::to_string(r.transport.heartbeat_interval_ms) + " ms), got " +
+                     std::to_string(r.transport.heartbeat_timeout_ms) + " ms");
+  if (r.nodes.size() > 1) {
+    std::set<std::pair<std::string, uint16_t>> listeners;
+    for (size_t i = 0; i < r.nodes.size(); ++i) {
+      const auto& n = r.nodes[i];
+      if (n.transport_port != 0 && !listeners.insert({n.host, n.transport_port}).second)
+        diag.fail(r.node_marks[i], "nodes[" + std::to_string(i) + "].transport_port",
+                  "node \"" + n.name + "\" listens on " + n.host + ":" +
+                      std::to_string(n.transport_port) + ", as another node does");
+    }
+  }
+  if (r.admin.port != 0 && r.admin.token.empty() && r.admin_token_file.empty())
+    diag.fail_at(
+        "admin.port",
+        "the admin API needs admin.token or admin.token_file (requests without it get 401)");
+  if (!r.admin.token.empty() && !r.admin_token_file.empty())
+    diag.fail_at("admin.token", "give admin.token or admin.token_file, not both");
+  if (r.admin.create_if_missing && r.admin_token_file.empty())
+    diag.fail_at("admin.create_if_missing", "needs admin.token_file (the file to create)");
+  const uint32_t row_dim = r.model.row_dim();
+  if (r.table_dim && *r.table_dim != row_dim)
+    diag.fail_at("table.dim", "must be model.embedding_dim + 1 = " + std::to_string(row_dim) +
+                                  " (element 0 is the linear weight), got " +
+                                  std::to_string(*r.table_dim));
+  if (r.mode == actors::training_mode::async &&
+      r.staleness < r.worker.prefetch_depth + r.worker.max_in_flight)
+    diag.fail_at("caches.staleness",
+                 "async mode needs staleness >= workers.prefetch_depth + workers.max_in_flight (" +
+                     std::to_string(r.worker.prefetch_depth) + " + " +
+                     std::to_string(r.worker.max_in_flight) + " = " +
+                     std::to_string(r.worker.prefetch_depth + r.worker.max_in_flight) + "), got " +
+                     std::to_string(r.staleness));
+  if (r.partitions < r.shard_count)
+    diag.fail_at("partitions", "must be >= shards.count (" + std::to_string(r.shard_count) +
+                                   "): every shard owns at least one partition");
+  const row_layout layout{row_dim, r.table.optimizer.kind, true};
+  const size_t one_row = dram_tier::budget_for_rows(layout, r.dram.policy, 1);
+  if (r.dram.capacity_bytes < one_row)
+    diag.fail_at("shards.dram_bytes", "too small to hold one row (" + std::to_string(one_row) +
+                                          " bytes at row dim " + std::to_string(row_dim) + ")");
+  if (r.table.initializer.kind == initializer_kind::uniform &&
+      !(r.table.initializer.uniform_low < r.table.initializer.uniform_high))
+    diag.fail_at("table.initializer.high", "must be greater than table.initializer.low");
+
+  const bool is_csv = r.data.format == model::data_format::csv;
+  if (is_csv && (!r.has_csv || reader_slots(r) == 0))
+    diag.fail_at("data.csv", "format csv needs csv.integer and/or csv.categorical column names");
+  if (!is_csv && r.has_csv) diag.fail_at("data.csv", "only used with format: csv");
+  if (r.data.format == model::data_format::libffm && !r.model_slots)
+    diag.fail_at("model.slots", "format libffm needs model.slots (fields per example)");
+  if (r.model_slots && reader_slots(r) != 0 && *r.model_slots < reader_slots(r))
+    diag.fail_at("model.slots", "the data has " + std::to_string(reader_slots(r)) +
+                                    " slots; model.slots must be at least that");
+  if (diag.written("checkpoint") && r.checkpoint.directory.empty())
+    diag.fail_at("checkpoint.dir", "required when a checkpoint section is given");
+  if (r.on_failure == failure_policy::restart && r.checkpoint.directory.empty())
+    diag.fail_at("checkpoint.on_failure",
+                 "restart needs checkpoint.dir (a restart resumes from the latest checkpoint)");
+  if (r.objective == actors::gradient_kind::count &&
+      (r.table.optimizer.kind != optimizer_kind::sgd || r.table.optimizer.learning_rate != 1.0f ||
+       r.table.initializer.kind != initializer_kind::zeros))
+    diag.fail_at("model.objective",
+                 "count needs table.optimizer.kind: sgd, learning_rate: 1 and "
+                 "table.initializer.kind: zeros (every weight then counts its key's sightings)");
+  if (r.generate && r.data.format != model::data_format::criteo_tsv)
+    diag.fail_at("data.generate", "datagen writes criteo_tsv; set data.format: criteo_tsv");
+  if (diag.written("data.train_examples") && diag.written("data.heldout_fraction"))
+    diag.fail_at("data.train_examples", "give either data.train_examples or data.heldout_fraction");
+  if (diag.written("data.train_examples") && r.split.train_examples < r.worker_count)
+    diag.fail_at("data.train_examples",
+                 "must be >= workers.count (" + std::to_string(r.worker_count) + ")");
+  if (r.generate && !diag.written("data.train_examples")) {
+    // The generated file's split is known now: check it feeds every worker.
+    const uint64_t heldout = static_cast<uint64_t>(
+        std::floor(static_cast<double>(r.generate->rows) * r.split.heldout_fraction));
+    if (r.generate->rows - heldout < r.worker_count)
+      diag.fail_at("data.generate.rows", "leaves fewer training examples than workers.count");
+  }
+}
+
+}  // namespace strata::deploy::detail
