@@ -141,6 +141,12 @@ struct node_bridge::impl {
   std::unordered_map<uint64_t, std::shared_ptr<connect_op>> connects;
   std::vector<std::unique_ptr<ep_context>> ep_contexts;
   std::vector<ep_context*> to_close;
+  // Frames handed to UCX whose completion callback has not run yet. UCX
+  // only holds a raw pointer (the request's user data); a send still in
+  // flight when the worker is destroyed (a peer that stopped reading, past
+  // shutdown's deadline) never gets its callback, so the ops are owned here
+  // and the rest are freed after ucp_worker_destroy.
+  std::unordered_map<send_op*, std::unique_ptr<send_op>> in_flight;
   uint64_t sends_in_flight = 0;
   uint64_t posted = 0;  // frames handed to UCX
   uint64_t next_connect_id = 1;
@@ -432,8 +438,14 @@ struct node_bridge::impl {
 
   static void on_sent(void* request, ucs_status_t status, void* user_data) {
     auto* op = static_cast<send_op*>(user_data);
-    op->owner->sent(std::unique_ptr<send_op>(op), status);
+    impl* owner = op->owner;
+    owner->sent(owner->take_in_flight(op), status);
     ucp_request_free(request);
+  }
+
+  std::unique_ptr<send_op> take_in_flight(send_op* op) {
+    auto node = in_flight.extract(op);
+    return std::move(node.mapped());
   }
 
   void sent(std::unique_ptr<send_op> op, ucs_status_t status) {
@@ -470,13 +482,14 @@ struct node_bridge::impl {
     p.user_data = op.get();
     ++sends_in_flight;
     ++posted;
-    auto* raw = op.release();
+    auto* raw = op.get();
+    in_flight.emplace(raw, std::move(op));
     auto* r = ucp_am_send_nbx(ep, am_id, raw->header.data(), raw->header.size(),
                               raw->payload.data(), raw->payload.size(), &p);
     if (r == nullptr) {
-      sent(std::unique_ptr<send_op>(raw), UCS_OK);
+      sent(take_in_flight(raw), UCS_OK);
     } else if (UCS_PTR_IS_ERR(r)) {
-      sent(std::unique_ptr<send_op>(raw), UCS_PTR_STATUS(r));
+      sent(take_in_flight(raw), UCS_PTR_STATUS(r));
     }
   }
 
@@ -914,6 +927,7 @@ struct node_bridge::impl {
   void destroy() {
     if (listener != nullptr) ucp_listener_destroy(listener);
     if (worker != nullptr) ucp_worker_destroy(worker);
+    in_flight.clear();  // no callback runs after the worker is gone
     if (context != nullptr) ucp_cleanup(context);
     if (wake_fd >= 0) ::close(wake_fd);
     listener = nullptr;
