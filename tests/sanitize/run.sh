@@ -63,6 +63,12 @@ tsan_tests=(storage_actors_test training_actors_test checkpoint_test scaling_tes
             frame_test bridge_test cluster_test serving_store_test serving_server_test
             gateway_test serving_e2e_test)
 tsan_binaries=(strata transport_node strata_client_py)
+# Left out of the TSan run: the tests that train until a model reaches a
+# quality target (held-out AUC). Under TSan's slowdown each takes several
+# minutes of the 15-minute budget; the actor code they drive runs in the
+# same run's exact-sum, checkpoint and scaling tests.
+tsan_excluded='^(PlantedModel\.|ScaleDuringTraining\.HeldOutAuc)'
+
 
 # ---------------------------------------------------------------- configure
 # No CUDA (the device tests skip under a sanitizer anyway), no build type
@@ -162,8 +168,8 @@ for test in json.load(open(sys.argv[1]))["tests"]:
 print("^(" + "|".join(sorted(suites)) + ")\\.")
 PY
 )
-  ctest_args+=(-R "$regex")
-  selection="${tsan_tests[*]}"
+  ctest_args+=(-R "$regex" -E "$tsan_excluded")
+  selection="${tsan_tests[*]} (except $tsan_excluded)"
 fi
 
 echo "run.sh: running $selection under $mode"
@@ -186,6 +192,8 @@ for case in cases:
     status = case.get("status", "run")
     if case.find("failure") is not None:
         status = "fail"
+    elif case.find("skipped") is not None:
+        status = "skipped"
     by_status.setdefault(status, []).append(case.get("name"))
 passed = by_status["run"]
 print(f"\nrun.sh: {len(passed) + len(by_status['fail'])} tests ran: "
