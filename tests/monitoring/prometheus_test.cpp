@@ -43,14 +43,27 @@ struct sample {
   double value = 0;
 };
 
-// The single sample an instant query returns, or nullopt (no result yet).
-std::optional<sample> query(uint16_t port, const std::string& promql) {
+// The value of the single sample an instant query returns, or nullopt (no
+// result yet). (The query's own time is when it was evaluated, not when the
+// sample was scraped.)
+std::optional<double> instant(uint16_t port, const std::string& promql) {
   auto body = http_get(port, "/api/v1/query?query=" + url_encode(promql));
   if (!body) return std::nullopt;
   static const std::regex value(R"re("value":\[([0-9.e+]+),"([^"]+)"\])re");
   std::smatch m;
   if (!std::regex_search(*body, m, value)) return std::nullopt;
-  return sample{std::stod(m[1]), std::stod(m[2])};
+  return std::stod(m[2]);
+}
+
+// The single sample of `promql` and the time of the scrape it came from, or
+// nullopt. The scrape time (timestamp()) is asked first: the value is then
+// from that scrape or a later one, never an older one.
+std::optional<sample> query(uint16_t port, const std::string& promql) {
+  auto scraped = instant(port, "timestamp(" + promql + ")");
+  if (!scraped) return std::nullopt;
+  auto value = instant(port, promql);
+  if (!value) return std::nullopt;
+  return sample{*scraped, *value};
 }
 
 // How many series an instant query returns (0 for an empty result), or
