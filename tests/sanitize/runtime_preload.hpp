@@ -20,19 +20,27 @@
 namespace strata::testing {
 
 inline std::string sanitizer_preload() {
-  std::string runtime;
+  // The runtime, and libstdc++ after it: the runtime resolves its
+  // __cxa_throw interceptor at start-up, before the interpreter (a C
+  // program) would load libstdc++ with the module.
+  struct libraries {
+    std::string runtime, cxx;
+  } found;
   dl_iterate_phdr(
       [](dl_phdr_info* info, size_t, void* out) {
         const std::string_view name = info->dlpi_name ? info->dlpi_name : "";
-        if (name.find("/libasan.so") == std::string_view::npos &&
-            name.find("/libtsan.so") == std::string_view::npos)
-          return 0;
-        *static_cast<std::string*>(out) = std::string(name);
-        return 1;
+        auto& f = *static_cast<libraries*>(out);
+        if (name.find("/libasan.so") != std::string_view::npos ||
+            name.find("/libtsan.so") != std::string_view::npos)
+          f.runtime = name;
+        else if (name.find("/libstdc++.so") != std::string_view::npos)
+          f.cxx = name;
+        return 0;
       },
-      &runtime);
+      &found);
+  const std::string& runtime = found.runtime;
   if (runtime.empty()) return {};
-  std::string prefix = "LD_PRELOAD=" + runtime + " ";
+  std::string prefix = "LD_PRELOAD=" + runtime + (found.cxx.empty() ? "" : ":" + found.cxx) + " ";
   if (runtime.find("/libasan.so") != std::string::npos)
     prefix += "ASAN_OPTIONS=\"$ASAN_OPTIONS:detect_leaks=0\" ";
   return prefix;
