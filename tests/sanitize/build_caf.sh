@@ -33,7 +33,16 @@ fi
 source_dir="$out/src/actor-framework-$upstream"
 if [[ ! -d "$source_dir/libcaf_core/src" ]]; then
   codename=$(. /etc/os-release && echo "$VERSION_CODENAME")
-  echo "deb-src http://deb.debian.org/debian $codename main" >"$out/apt/sources.list"
+  # The source index of the archive this machine already installs from: the
+  # first non-security URI of its apt sources (deb822 or one-line style).
+  archive=$( (grep -hs '^URIs:' /etc/apt/sources.list.d/*.sources | awk '{print $2}'
+              grep -hs '^deb ' /etc/apt/sources.list | awk '{print $2}') |
+             grep -v -- '-security' | grep -m 1 -i debian || true)
+  if [[ -z "$archive" ]]; then
+    echo "build_caf.sh: no Debian archive in this machine's apt sources" >&2
+    exit 1
+  fi
+  echo "deb-src $archive $codename main" >"$out/apt/sources.list"
   apt_options=(-q -o Dir::Etc::SourceList="$out/apt/sources.list" -o Dir::Etc::SourceParts=-
                -o Dir::State::Lists="$out/apt/lists")
   apt-get "${apt_options[@]}" update >"$out/apt/update.log" 2>&1 ||
