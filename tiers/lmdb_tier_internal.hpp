@@ -1,0 +1,170 @@
+// Internal to lmdb_tier: shared between tiers/lmdb_tier*.cpp, included by
+// nothing else. Holds the key encoding, the shared-environment record and
+// lmdb_tier::impl, whose members are defined by seam:
+//   lmdb_tier.cpp        environment open/close, table metadata, options
+//   lmdb_tier_read.cpp   lookup, dump, range_scan
+//   lmdb_tier_write.cpp  store, erase, tombstones, batched transactions, sync
+//   lmdb_tier_file.cpp   data-file truncation check, compacting copy
+#pragma once
+
+#include <lmdb.h>
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <set>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/hash.hpp"
+#include "tiers/lmdb_tier.hpp"
+
+namespace strata {
+namespace lmdb_detail {
+
+constexpr size_t key_bytes = 12;
+
+struct lmdb_key {
+  unsigned char bytes[key_bytes];
+  MDB_val val() { return MDB_val{key_bytes, bytes}; }
+};
+
+inline lmdb_key make_key(uint32_t partition, uint64_t key) {
+  static_assert(std::endian::native == std::endian::little);
+  lmdb_key k;
+  const uint32_t p = __builtin_bswap32(partition);
+  const uint64_t q = __builtin_bswap64(key);
+  std::memcpy(k.bytes, &p, 4);
+  std::memcpy(k.bytes + 4, &q, 8);
+  return k;
+}
+
+inline uint32_t partition_of_val(const MDB_val& k) {
+  const auto* b = static_cast<const unsigned char*>(k.mv_data);
+  uint32_t p = 0;
+  for (int i = 0; i < 4; ++i) p = (p << 8) | b[i];
+  return p;
+}
+
+inline uint64_t key_of_val(const MDB_val& k) {
+  const auto* b = static_cast<const unsigned char*>(k.mv_data);
+  uint64_t key = 0;
+  for (int i = 4; i < 12; ++i) key = (key << 8) | b[i];
+  return key;
+}
+
+// A batch entry in LMDB key order: (partition, key), then batch position.
+struct sort_entry {
+  uint32_t partition;
+  uint32_t index;
+  uint64_t key;
+  bool operator<(const sort_entry& o) const {
+    if (partition != o.partition) return partition < o.partition;
+    if (key != o.key) return key < o.key;
+    return index < o.index;
+  }
+  bool same_key(const sort_entry& o) const { return partition == o.partition && key == o.key; }
+};
+
+// The stored value's tombstone flag (row.hpp: byte 3, bit 0), read without
+// decoding; used to keep the live-row count.
+inline bool is_tombstone(const MDB_val& v) {
+  return v.mv_size >= 4 && (static_cast<const unsigned char*>(v.mv_data)[3] & 1) != 0;
+}
+
+inline std::string quoted(const std::filesystem::path& p) { return p.string(); }
+
+// `what` names the table or the path; the path is added when it does not.
+error lmdb_error(int rc, const std::string& what, const std::filesystem::path& path);
+
+// Refuses a data file shorter than the pages its newest meta page records
+// (lmdb_tier_file.cpp). A missing or empty file is fine.
+status check_data_file(const std::filesystem::path& file);
+
+// --- shared environments ------------------------------------------------------
+// LMDB allows one MDB_env per file per process, so tiers of several tables in
+// one directory share it: a process-wide registry of open environments, used
+// only while opening (the tiers themselves take no locks).
+struct shared_env {
+  MDB_env* env = nullptr;
+  std::filesystem::path path;
+  bool sync = false;
+  unsigned page_size = 4096;
+  MDB_dbi meta_dbi = 0;
+  std::multiset<std::string> open_tables;  // guarded by registry_mutex; one entry per handle
+  ~shared_env() {
+    if (env != nullptr) mdb_env_close(env);
+  }
+};
+
+struct meta_key {
+  std::string text;
+  MDB_val val() { return MDB_val{text.size(), text.data()}; }
+};
+
+}  // namespace lmdb_detail
+
+// --- the tier -----------------------------------------------------------------
+
+struct lmdb_tier::impl {
+  row_layout layout;
+  lmdb_tier_config config;
+  std::shared_ptr<lmdb_detail::shared_env> env;
+  MDB_dbi dbi = 0;
+  std::string where;  // "table 'T' at PATH"
+  lmdb_detail::meta_key live_key;
+  uint64_t live = 0;
+  lmdb_tier_stats stats;
+
+  MDB_txn* reader = nullptr;  // reset between batches, renewed per batch
+  std::vector<lmdb_detail::sort_entry> order;
+  std::vector<std::byte> value;        // one encoded row
+  std::vector<std::byte> scratch_row;  // decoded tombstones land here
+  std::vector<uint32_t> batch_misses;
+  std::vector<MDB_val> found_values;  // per sorted lookup entry
+
+  ~impl();
+
+  const std::filesystem::path& path() const { return env->path; }
+  status open_table();
+
+  // Fills `order` with the batch sorted by LMDB key; keeps only the last
+  // copy of a repeated key when `dedupe`.
+  void sort_batch(std::span<const uint64_t> keys, bool dedupe) {
+    order.resize(keys.size());
+    for (size_t i = 0; i < keys.size(); ++i)
+      order[i] = lmdb_detail::sort_entry{partition_of(keys[i], config.partitions),
+                                         static_cast<uint32_t>(i), keys[i]};
+    std::sort(order.begin(), order.end());
+    if (!dedupe) return;
+    size_t out = 0;
+    for (size_t i = 0; i < order.size(); ++i) {
+      if (i + 1 < order.size() && order[i].same_key(order[i + 1])) continue;  // a later copy wins
+      order[out++] = order[i];
+    }
+    order.resize(out);
+  }
+
+  enum class write_kind { rows, tombstones, erase };
+
+  status write_sorted(write_kind kind, const_rows_span rows, std::span<const uint64_t> versions,
+                      bool abort_at_end);
+  status cover_last_page();
+
+  struct reader_guard {
+    MDB_txn* txn;
+    ~reader_guard() { mdb_txn_reset(txn); }
+  };
+
+  status begin_read();
+  status find(uint64_t key, uint32_t partition, MDB_val& value);
+  expected<bool> decode(uint64_t key, const MDB_val& value, std::byte* record);
+  status lookup(std::span<const uint64_t> keys, rows_span out, std::vector<uint32_t>& misses);
+  template <class More>
+  status scan(MDB_cursor_op first, uint32_t partition, More more, const row_visitor& visit);
+};
+
+}  // namespace strata
