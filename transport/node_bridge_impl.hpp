@@ -1,0 +1,284 @@
+// Internal to the node bridge: the state behind node_bridge (its pimpl) and
+// the bookkeeping types it shares between its source files. Nothing outside
+// transport/node_bridge*.cpp includes this header.
+//
+// Ownership: node_bridge owns its impl; impl owns the UCX context, worker,
+// listener and progress thread, every peer_state (peers_ never shrinks),
+// every ep_context (ep_contexts) and every send_op handed to UCX
+// (in_flight, freed after ucp_worker_destroy when a callback never came).
+// UCX holds only raw pointers to them (request user data, handler args).
+//
+// Threads: one progress thread (impl::run) owns the UCX worker
+// (UCS_THREAD_MODE_SINGLE) and the fields marked "progress thread only";
+// the callers of node_bridge's methods (any thread) reach the rest only
+// under impl::mu_, and wait on impl::cv_ for window space, connections and
+// peers; they wake the progress thread through wake_fd. Counters are atomics.
+//
+// The member functions are defined by concern:
+//   node_bridge_init.cpp      UCX context, worker, active-message handler, listener
+//   node_bridge_connect.cpp   endpoints, outgoing connections, hello, peers coming up
+//   node_bridge_send.cpp      control frames, posting to UCX, back-pressure, enqueue
+//   node_bridge_receive.cpp   active messages, rendezvous, ordering, delivery, replies
+//   node_bridge_progress.cpp  the progress thread, heartbeat, failure, shutdown
+//   node_bridge.cpp           node_bridge's own methods, stats and stop
+#pragma once
+
+#include <ucp/api/ucp.h>
+#include <unistd.h>
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "transport/codec.hpp"
+#include "transport/node_bridge.hpp"
+#include "transport/payloads.hpp"
+
+namespace strata::transport {
+
+using clock = std::chrono::steady_clock;
+inline constexpr uint16_t am_id = 7;  // our one active-message id
+
+// One peer node. Fields above the marker belong to the progress thread;
+// the others are guarded by impl::mu_ (counters are atomics).
+struct peer_state {
+  uint32_t index = 0;
+  std::string name;
+  uint64_t node_id = 0;
+  ucp_ep_h ep = nullptr;       // where frames to the peer go
+  ucp_ep_h wire_ep = nullptr;  // the listener connection (when ep is by address)
+  uint64_t next_deliver = 1;
+  std::map<uint64_t, inbound_frame> reorder;  // received, waiting for earlier seqs
+  uint32_t rndv_in_flight = 0;
+  bool leaving = false;  // goodbye seen; down once everything before it is delivered
+  clock::time_point last_heard;
+  bool by_address = false;
+  std::string transports;  // UCX lanes of `ep` (written under mu_ on its first frame)
+  // --- guarded by mu_
+  bool up = false;
+  bool down = false;
+  std::string down_reason;
+  uint64_t next_seq = 1;
+  uint64_t outstanding = 0;
+  uint64_t blocked_senders = 0;  // send calls waiting in cv_ for window space
+  struct pending {
+    node_bridge::reply_handler handler;
+    uint64_t bytes;
+    frame_type type;
+    uint32_t target;
+  };
+  std::unordered_map<uint64_t, pending> pending_requests;
+  // --- counters
+  std::atomic<uint64_t> bytes_sent{0}, frames_sent{0}, bytes_received{0}, frames_received{0},
+      rejected{0}, rndv_received{0};
+};
+
+// Context of one UCX endpoint for its error handler.
+struct ep_context {
+  node_bridge::impl* owner = nullptr;
+  int peer = -1;         // -1: not yet bound (accepted, or connecting)
+  uint64_t connect = 0;  // the connect op it belongs to, if any
+  ucp_ep_h ep = nullptr;
+  bool closed = false;
+};
+
+struct send_op {
+  node_bridge::impl* owner = nullptr;
+  uint32_t peer = 0;
+  std::array<std::byte, frame_header_bytes> header{};
+  std::vector<std::byte> payload;
+  uint64_t bytes = 0;
+  bool release_when_sent = true;  // requests release on their reply instead
+  bool use_wire_ep = false;       // hello: over the listener connection
+  ucp_ep_h ep_override = nullptr;
+};
+
+struct connect_op {
+  uint64_t id = 0;
+  std::string host;
+  uint16_t port = 0;
+  ep_context* ctx = nullptr;
+  bool done = false;
+  std::string peer;  // set on success
+  std::optional<error> failure;
+};
+
+struct node_bridge::impl {
+  bridge_config config;
+  inbound_handler on_inbound;
+  peer_handler on_peer;
+  uint64_t node_id = 0;
+  std::string host_id;
+  memory_support memory;
+
+  ucp_context_h context = nullptr;
+  ucp_worker_h worker = nullptr;
+  ucp_listener_h listener = nullptr;
+  std::vector<uint8_t> worker_address;
+  uint16_t port = 0;
+  int worker_fd = -1;
+  int wake_fd = -1;
+  std::thread thread;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::unique_ptr<peer_state>> peers_;  // never shrinks
+  std::unordered_map<std::string, uint32_t> by_name_;
+  std::deque<std::unique_ptr<send_op>> queue_;
+  std::deque<std::shared_ptr<connect_op>> connects_queued_;
+  uint64_t next_request_id_ = 1;
+  bool stopping_ = false;
+  bool stopped_ = false;
+  std::atomic<uint64_t> rejected_unknown{0}, peers_down{0};
+
+  // progress thread only
+  std::unordered_map<uint64_t, uint32_t> by_node_id;
+  std::unordered_map<uint64_t, std::shared_ptr<connect_op>> connects;
+  std::vector<std::unique_ptr<ep_context>> ep_contexts;
+  std::vector<ep_context*> to_close;
+  // Frames handed to UCX whose completion callback has not run yet. UCX
+  // only holds a raw pointer (the request's user data); a send still in
+  // flight when the worker is destroyed (a peer that stopped reading, past
+  // shutdown's deadline) never gets its callback, so the ops are owned here
+  // and the rest are freed after ucp_worker_destroy.
+  std::unordered_map<send_op*, std::unique_ptr<send_op>> in_flight;
+  uint64_t sends_in_flight = 0;
+  uint64_t posted = 0;  // frames handed to UCX
+  uint64_t next_connect_id = 1;
+
+  void log(const std::string& line) const {
+    std::cerr << "strata transport [" + config.node_name + "]: " + line + "\n" << std::flush;
+  }
+
+  void wake() const {
+    const uint64_t one = 1;
+    [[maybe_unused]] auto n = ::write(wake_fd, &one, sizeof one);
+  }
+
+  // --- set-up -----------------------------------------------------------------
+
+  status init();
+
+  // --- endpoints ----------------------------------------------------------------
+
+  ep_context* new_ep_context(int peer, uint64_t connect);
+
+  static void on_ep_error(void* arg, ucp_ep_h, ucs_status_t status);
+
+  void ep_failed(ep_context* ctx, const std::string& reason);
+
+  void schedule_close(ep_context* ctx);
+
+  void close_scheduled();
+
+  ep_context* context_of(ucp_ep_h ep);
+
+  // `peer_errors`: UCP_ERR_HANDLING_MODE_PEER with our error handler. UCX
+  // 1.13's shared-memory transports cannot detect peer failure, so an
+  // endpoint asking for it never uses them: worker-address endpoints go
+  // without (the listener connection beside them, kept open, and the
+  // heartbeat detect the failure; docs/transport.md).
+  ep_context* create_ep(ucp_ep_params_t& params, int peer, uint64_t connect, std::string& failure,
+                        bool peer_errors = true);
+
+  static void on_connection(ucp_conn_request_h request, void* arg);
+
+  void start_connect(const std::shared_ptr<connect_op>& op);
+
+  void fail_connect(uint64_t id, const std::string& reason);
+
+  // --- sending --------------------------------------------------------------------
+
+  std::vector<std::byte> hello_bytes() const;
+
+  // Control frames (hello, heartbeat, goodbye) from the progress thread.
+  void send_control(ucp_ep_h ep, frame_type type, uint64_t request_id, bool reply_flag,
+                    int peer = -1);
+
+  static void on_sent(void* request, ucs_status_t status, void* user_data);
+
+  std::unique_ptr<send_op> take_in_flight(send_op* op);
+
+  void sent(std::unique_ptr<send_op> op, ucs_status_t status);
+
+  void release(peer_state& p, uint64_t bytes);
+
+  void post(std::unique_ptr<send_op> op, bool reply_flag, peer_state* peer);
+
+  void drain_queue();
+
+  // --- receiving --------------------------------------------------------------------
+
+  static ucs_status_t on_am(void* arg, const void* header, size_t header_length, void* data,
+                            size_t length, const ucp_am_recv_param_t* param);
+
+  void reject(peer_state* peer, const std::string& reason);
+
+  struct rndv_context {
+    impl* owner;
+    uint32_t peer;
+    frame_header header;
+    payload_bytes payload;
+  };
+
+  static void on_rndv_done(void* request, ucs_status_t status, size_t, void* user_data);
+
+  void received(const void* header, size_t header_length, void* data, size_t length,
+                const ucp_am_recv_param_t* param);
+
+  void complete(peer_state& peer, const frame_header& h, payload_bytes payload);
+
+  void maybe_leave(peer_state& peer);
+
+  void deliver(peer_state& peer, inbound_frame frame);
+
+  void handle_hello(const frame_header& h, std::span<const std::byte> payload, ucp_ep_h reply_ep);
+
+  void fail_connect_now(const std::shared_ptr<connect_op>& op, const std::string& reason);
+
+  peer_state* add_peer(const hello_payload& hello, uint64_t node_id_of_peer);
+
+  void bind_eps(peer_state& peer, ep_context* wire, bool same_host,
+                const std::vector<uint8_t>& address);
+
+  // The UCX transports of an endpoint's lanes ("posix/memory,tcp/lo"), from
+  // ucp_ep_print_info (UCX 1.13 has no query for them).
+  static std::string lanes_of(ucp_ep_h ep);
+
+  void set_up(peer_state& peer);
+
+  // --- failure ----------------------------------------------------------------------
+
+  void mark_down(peer_state& peer, const std::string& reason);
+
+  void heartbeat(clock::time_point now);
+
+  // --- the progress thread ----------------------------------------------------------
+
+  void run();
+
+  void shutdown();
+
+  void destroy();
+
+  // --- public side ------------------------------------------------------------------
+
+  status enqueue(const std::string& name, frame_type type, uint32_t target, uint64_t request_id,
+                 std::vector<std::byte> payload, reply_handler on_reply);
+};
+
+}  // namespace strata::transport

@@ -1,0 +1,186 @@
+// Node bridge receive path: active messages, rendezvous receives, in-order
+// delivery, replies to pending requests and rejected frames
+// (node_bridge_impl.hpp).
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+
+#include "transport/node_bridge_impl.hpp"
+
+namespace strata::transport {
+
+ucs_status_t node_bridge::impl::on_am(void* arg, const void* header, size_t header_length,
+                                      void* data, size_t length, const ucp_am_recv_param_t* param) {
+  static_cast<impl*>(arg)->received(header, header_length, data, length, param);
+  return UCS_OK;
+}
+
+void node_bridge::impl::reject(peer_state* peer, const std::string& reason) {
+  if (peer == nullptr) {
+    ++rejected_unknown;
+    log("rejected a frame from an unknown sender: " + reason);
+    return;
+  }
+  ++peer->rejected;
+  log("rejected a frame from node '" + peer->name + "': " + reason + "; closing the connection");
+  mark_down(*peer, "rejected frame: " + reason);
+}
+
+void node_bridge::impl::on_rndv_done(void* request, ucs_status_t status, size_t, void* user_data) {
+  std::unique_ptr<rndv_context> ctx(static_cast<rndv_context*>(user_data));
+  auto& peer = *ctx->owner->peers_[ctx->peer];
+  --peer.rndv_in_flight;
+  if (status != UCS_OK) {
+    ctx->owner->mark_down(peer, std::string("receive failed: ") + ucs_status_string(status));
+  } else {
+    ctx->owner->complete(peer, ctx->header, std::move(ctx->payload));
+  }
+  ucp_request_free(request);
+}
+
+void node_bridge::impl::received(const void* header, size_t header_length, void* data,
+                                 size_t length, const ucp_am_recv_param_t* param) {
+  const std::span<const std::byte> hbytes(static_cast<const std::byte*>(header), header_length);
+  auto h = check_arrival(hbytes, length, config.max_payload_bytes);
+  peer_state* peer = nullptr;
+  if (header_length >= frame_header_bytes) {
+    uint64_t sender = 0;
+    std::memcpy(&sender, hbytes.data() + 8, sizeof sender);
+    if (auto it = by_node_id.find(sender); it != by_node_id.end()) peer = peers_[it->second].get();
+  }
+  const bool rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
+  if (!h) return reject(peer, h.err().message());
+  if (h->type == frame_type::hello || h->type == frame_type::hello_ack) {
+    if (rndv) return reject(peer, "hello by rendezvous");
+    std::vector<std::byte> payload(static_cast<std::byte*>(data),
+                                   static_cast<std::byte*>(data) + length);
+    if (auto s = check_payload(*h, payload); !s) return reject(peer, s.err().message());
+    ucp_ep_h reply_ep =
+        (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ? param->reply_ep : nullptr;
+    return handle_hello(*h, payload, reply_ep);
+  }
+  if (peer == nullptr) return reject(nullptr, "sender " + std::to_string(h->sender) + " unknown");
+  if (peer->down) return;  // late frames of a closed connection
+  if (rndv) {
+    auto ctx = std::make_unique<rndv_context>();
+    ctx->owner = this;
+    ctx->peer = peer->index;
+    ctx->header = *h;
+    ctx->payload.resize(length);
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    p.cb.recv_am = &impl::on_rndv_done;
+    p.user_data = ctx.get();
+    ++peer->rndv_in_flight;
+    ++peer->rndv_received;
+    auto* raw = ctx.release();
+    auto* r = ucp_am_recv_data_nbx(worker, data, raw->payload.data(), length, &p);
+    if (r == nullptr) {
+      std::unique_ptr<rndv_context> done(raw);
+      --peer->rndv_in_flight;
+      complete(*peer, done->header, std::move(done->payload));
+    } else if (UCS_PTR_IS_ERR(r)) {
+      std::unique_ptr<rndv_context> done(raw);
+      --peer->rndv_in_flight;
+      mark_down(*peer, std::string("receive failed: ") + ucs_status_string(UCS_PTR_STATUS(r)));
+    }
+    return;
+  }
+  payload_bytes payload(static_cast<std::byte*>(data), static_cast<std::byte*>(data) + length);
+  complete(*peer, *h, std::move(payload));
+}
+
+void node_bridge::impl::complete(peer_state& peer, const frame_header& h, payload_bytes payload) {
+  if (peer.down) return;
+  if (auto s = check_payload(h, payload); !s) return reject(&peer, s.err().message());
+  peer.last_heard = clock::now();
+  if (peer.transports.empty() && peer.ep != nullptr) {
+    // Lanes are final once the peer answered over them.
+    auto lanes = lanes_of(peer.ep);
+    std::lock_guard lock(mu_);
+    peer.transports = std::move(lanes);
+  }
+  peer.bytes_received += frame_header_bytes + payload.size();
+  ++peer.frames_received;
+  if (!is_sequenced(h.type)) {
+    if (h.type == frame_type::goodbye) {
+      peer.leaving = true;
+      maybe_leave(peer);
+    }
+    return;  // heartbeat: last_heard is all it does
+  }
+  if (h.seq < peer.next_deliver || peer.reorder.count(h.seq) != 0) {
+    return reject(&peer, "duplicate frame seq " + std::to_string(h.seq));
+  }
+  peer.reorder.emplace(h.seq, inbound_frame{peer.name, h, std::move(payload)});
+  while (!peer.reorder.empty() && peer.reorder.begin()->first == peer.next_deliver) {
+    auto frame = std::move(peer.reorder.begin()->second);
+    peer.reorder.erase(peer.reorder.begin());
+    ++peer.next_deliver;
+    deliver(peer, std::move(frame));
+    if (peer.down) return;
+  }
+  maybe_leave(peer);
+}
+
+void node_bridge::impl::maybe_leave(peer_state& peer) {
+  if (peer.leaving && peer.reorder.empty() && peer.rndv_in_flight == 0) {
+    mark_down(peer, "node left (goodbye)");
+  }
+}
+
+void node_bridge::impl::deliver(peer_state& peer, inbound_frame frame) {
+  const auto type = frame.header.type;
+  if (type == frame_type::reply || type == frame_type::reply_error) {
+    std::optional<peer_state::pending> req;
+    {
+      std::lock_guard lock(mu_);
+      auto it = peer.pending_requests.find(frame.header.request_id);
+      if (it != peer.pending_requests.end()) {
+        req = std::move(it->second);
+        peer.pending_requests.erase(it);
+        peer.outstanding -= std::min(peer.outstanding, req->bytes);
+      }
+    }
+    cv_.notify_all();
+    if (!req) {
+      return reject(&peer, "reply to unknown request " + std::to_string(frame.header.request_id));
+    }
+    req->handler(std::move(frame));
+    return;
+  }
+  if (on_inbound) on_inbound(std::move(frame));
+}
+
+std::string node_bridge::impl::lanes_of(ucp_ep_h ep) {
+  char* text = nullptr;
+  size_t size = 0;
+  FILE* out = ::open_memstream(&text, &size);
+  if (out == nullptr) return {};
+  ucp_ep_print_info(ep, out);
+  std::fclose(out);
+  std::string info(text, size);
+  std::free(text);
+  // Lines like "lane[1]:  1:tcp/lo.0 md[1] -> ..." ("lane[0]: cm rdmacm" has no transport).
+  std::string lanes;
+  std::istringstream lines(info);
+  for (std::string line; std::getline(lines, line);) {
+    const size_t lane = line.find("lane[");
+    if (lane == std::string::npos) continue;
+    std::istringstream words(line.substr(line.find("]:", lane) + 2));
+    std::string first;
+    words >> first;
+    const size_t colon = first.find(':');
+    if (colon == std::string::npos) continue;
+    const auto name = first.substr(colon + 1);
+    if (lanes.find(name) == std::string::npos) lanes += (lanes.empty() ? "" : ",") + name;
+  }
+  return lanes;
+}
+
+}  // namespace strata::transport

@@ -1,0 +1,160 @@
+// Node bridge send path: control frames, posting frames to UCX, their
+// completion and the outstanding-bytes window callers wait on
+// (node_bridge_impl.hpp).
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "transport/node_bridge_impl.hpp"
+
+namespace strata::transport {
+
+std::vector<std::byte> node_bridge::impl::hello_bytes() const {
+  hello_payload h{config.node_name, node_id, host_id,
+                  config.exchange_worker_address ? worker_address : std::vector<uint8_t>{}};
+  return encode_payload(h);
+}
+
+void node_bridge::impl::send_control(ucp_ep_h ep, frame_type type, uint64_t request_id,
+                                     bool reply_flag, int peer) {
+  auto op = std::make_unique<send_op>();
+  op->owner = this;
+  op->peer = peer < 0 ? 0 : static_cast<uint32_t>(peer);
+  frame_header h;
+  h.type = type;
+  h.sender = node_id;
+  h.request_id = request_id;
+  if (type == frame_type::hello || type == frame_type::hello_ack) op->payload = hello_bytes();
+  seal(h, op->payload);
+  encode_header(h, op->header);
+  op->bytes = frame_header_bytes + op->payload.size();
+  op->ep_override = ep;
+  post(std::move(op), reply_flag, peer < 0 ? nullptr : peers_[peer].get());
+}
+
+void node_bridge::impl::on_sent(void* request, ucs_status_t status, void* user_data) {
+  auto* op = static_cast<send_op*>(user_data);
+  impl* owner = op->owner;
+  owner->sent(owner->take_in_flight(op), status);
+  ucp_request_free(request);
+}
+
+std::unique_ptr<send_op> node_bridge::impl::take_in_flight(send_op* op) {
+  auto node = in_flight.extract(op);
+  return std::move(node.mapped());
+}
+
+void node_bridge::impl::sent(std::unique_ptr<send_op> op, ucs_status_t status) {
+  --sends_in_flight;
+  if (op->release_when_sent && op->ep_override == nullptr) release(*peers_[op->peer], op->bytes);
+  if (status != UCS_OK && status != UCS_ERR_CANCELED && op->ep_override == nullptr) {
+    mark_down(*peers_[op->peer], std::string("send failed: ") + ucs_status_string(status));
+  }
+}
+
+void node_bridge::impl::release(peer_state& p, uint64_t bytes) {
+  {
+    std::lock_guard lock(mu_);
+    p.outstanding -= std::min(p.outstanding, bytes);
+  }
+  cv_.notify_all();
+}
+
+void node_bridge::impl::post(std::unique_ptr<send_op> op, bool reply_flag, peer_state* peer) {
+  ucp_ep_h ep = op->ep_override != nullptr ? op->ep_override : (peer ? peer->ep : nullptr);
+  if (ep == nullptr) {
+    if (op->release_when_sent && op->ep_override == nullptr && peer) release(*peer, op->bytes);
+    return;
+  }
+  if (peer != nullptr) {
+    peer->bytes_sent += op->bytes;
+    ++peer->frames_sent;
+  }
+  ucp_request_param_t p{};
+  p.op_attr_mask =
+      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+  p.flags = reply_flag ? UCP_AM_SEND_FLAG_REPLY : 0;
+  p.cb.send = &impl::on_sent;
+  p.user_data = op.get();
+  ++sends_in_flight;
+  ++posted;
+  auto* raw = op.get();
+  in_flight.emplace(raw, std::move(op));
+  auto* r = ucp_am_send_nbx(ep, am_id, raw->header.data(), raw->header.size(), raw->payload.data(),
+                            raw->payload.size(), &p);
+  if (r == nullptr) {
+    sent(take_in_flight(raw), UCS_OK);
+  } else if (UCS_PTR_IS_ERR(r)) {
+    sent(take_in_flight(raw), UCS_PTR_STATUS(r));
+  }
+}
+
+void node_bridge::impl::drain_queue() {
+  std::deque<std::unique_ptr<send_op>> batch;
+  {
+    std::lock_guard lock(mu_);
+    batch.swap(queue_);
+  }
+  for (auto& op : batch) {
+    auto& peer = *peers_[op->peer];
+    post(std::move(op), false, &peer);
+  }
+}
+
+status node_bridge::impl::enqueue(const std::string& name, frame_type type, uint32_t target,
+                                  uint64_t request_id, std::vector<std::byte> payload,
+                                  reply_handler on_reply) {
+  auto op = std::make_unique<send_op>();
+  op->owner = this;
+  op->payload = std::move(payload);
+  op->bytes = frame_header_bytes + op->payload.size();
+  op->release_when_sent = !on_reply;
+  const bool is_reply = type == frame_type::reply || type == frame_type::reply_error;
+  if (!is_reply && std::this_thread::get_id() == thread.get_id()) {
+    // Waiting for window space here would wait for this very thread.
+    return error(errc::invalid_argument,
+                 "node '" + config.node_name + "': " + std::string(to_string(type)) +
+                     " sent from a transport handler; handlers may only reply or hand off");
+  }
+  {
+    std::unique_lock lock(mu_);
+    auto it = by_name_.find(name);
+    if (it == by_name_.end()) {
+      return error(errc::not_found, "no connection to node '" + name + "'");
+    }
+    auto& peer = *peers_[it->second];
+    while (!is_reply && !peer.down && !stopping_ && peer.outstanding > 0 &&
+           peer.outstanding + op->bytes > config.max_outstanding_bytes) {
+      ++peer.blocked_senders;
+      cv_.wait(lock);
+      --peer.blocked_senders;
+    }
+    if (peer.down || stopping_) {
+      return error(errc::unavailable, "node '" + name + "' is down (" +
+                                          (stopping_ ? "this node stopped" : peer.down_reason) +
+                                          "): " + std::string(to_string(type)) + " to target " +
+                                          std::to_string(target) + " not sent");
+    }
+    frame_header h;
+    h.type = type;
+    h.sender = node_id;
+    h.seq = peer.next_seq++;
+    h.request_id = request_id != 0 ? request_id : (on_reply ? next_request_id_++ : 0);
+    h.target = target;
+    seal(h, op->payload);
+    if (config.outgoing_fault) config.outgoing_fault(h, op->payload);
+    encode_header(h, op->header);
+    op->peer = peer.index;
+    peer.outstanding += op->bytes;
+    if (on_reply) {
+      peer.pending_requests.emplace(
+          h.request_id, peer_state::pending{std::move(on_reply), op->bytes, type, target});
+    }
+    queue_.push_back(std::move(op));
+  }
+  wake();
+  return {};
+}
+
+}  // namespace strata::transport
