@@ -17,16 +17,19 @@ configure: deps
 build: configure
 	@cmake --build $(BUILD) -j $(JOBS)
 
-# The suite (everything not labelled "long"), then the list of skipped
-# tests with their reasons: a skip is never silent.
+# ctest with the given selection, then the skipped tests with their reasons
+# (from the run's JUnit file): a skip is never silent. $(1): ctest options,
+# $(2): the JUnit file's name in $(BUILD).
+ctest_with_skips = cd $(BUILD) && { ctest --output-on-failure $(1) --output-junit $(2); \
+  rc=$$?; python3 $(CURDIR)/tests/report_skips.py $(2); exit $$rc; }
+
+# The suite (everything not labelled "long").
 test: build
-	@cd $(BUILD) && { ctest --output-on-failure -j $(JOBS) -LE long --output-junit ctest-junit.xml; \
-	  rc=$$?; python3 $(CURDIR)/tests/report_skips.py ctest-junit.xml; exit $$rc; }
+	@$(call ctest_with_skips,-j $(JOBS) -LE long,ctest-junit.xml)
 
 # Long cluster and soak tests (label "long"; none is also a pass).
 test-long: build
-	@cd $(BUILD) && { ctest --output-on-failure -L long --output-junit ctest-long-junit.xml; \
-	  rc=$$?; python3 $(CURDIR)/tests/report_skips.py ctest-long-junit.xml; exit $$rc; }
+	@$(call ctest_with_skips,-L long,ctest-long-junit.xml)
 
 # Every fuzz target for a bounded time each (FUZZ_SECONDS), in build-fuzz/.
 FUZZ_SECONDS ?= 30

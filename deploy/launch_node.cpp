@@ -299,14 +299,7 @@ int run_node(const std::string& path, const std::string& node, const std::string
   // the report is printed.
   std::string token;
   if (m.admin.port != 0) {
-    if (!m.admin.token_file.empty()) {
-      auto created = deploy::ensure_secret_file(m.admin.token_file, m.admin.create_if_missing,
-                                                m.file.string() + ": admin.token_file");
-      if (!created) return fail(created.err());
-      if (*created)
-        std::printf("admin: created the token file %s (mode 0600)\n",
-                    m.admin.token_file.c_str());
-    }
+    if (auto file = deploy::ensure_admin_token_file(m, std::cout); !file) return fail(file.err());
     auto read = deploy::admin_token(m);
     if (!read) return fail(read.err());
     token = *read;

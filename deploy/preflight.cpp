@@ -78,15 +78,19 @@ expected<bool> ensure_secret_file(const fs::path& file, bool create_if_missing,
   return true;
 }
 
+status ensure_admin_token_file(const manifest& m, std::ostream& out) {
+  if (m.admin.token_file.empty()) return {};
+  auto created = ensure_secret_file(m.admin.token_file, m.admin.create_if_missing,
+                                    m.file.string() + ": admin.token_file");
+  if (!created) return created.err();
+  if (*created)
+    out << "admin: created the token file " << m.admin.token_file.string()
+        << " (mode 0600); use it with --token-file " << m.admin.token_file.string() << '\n';
+  return {};
+}
+
 status check_manifest_files(const manifest& m, std::ostream& out) {
-  if (!m.admin.token_file.empty()) {
-    auto created = ensure_secret_file(m.admin.token_file, m.admin.create_if_missing,
-                                      m.file.string() + ": admin.token_file");
-    if (!created) return created.err();
-    if (*created)
-      out << "admin: created the token file " << m.admin.token_file.string()
-          << " (mode 0600); use it with --token-file " << m.admin.token_file.string() << '\n';
-  }
+  if (auto token = ensure_admin_token_file(m, out); !token) return token;
   std::error_code ec;
   if (!m.generate && !m.data.path.empty() && !fs::exists(m.data.path, ec))
     return error(errc::not_found, m.file.string() + ": data.path: " + m.data.path.string() +

@@ -22,6 +22,10 @@ namespace strata::deploy {
 expected<bool> ensure_secret_file(const std::filesystem::path& file, bool create_if_missing,
                                   const std::string& where);
 
+// admin.token_file exists (created when admin.create_if_missing, and said
+// so on `out`); nothing to do without a token file.
+status ensure_admin_token_file(const manifest& m, std::ostream& out);
+
 // Checks every file the manifest needs before a node starts: the data file
 // (or its `data.generate` block), the admin token file (created when
 // admin.create_if_missing). Prints what it created to `out`.

@@ -21,12 +21,7 @@ namespace {
 namespace fs = std::filesystem;
 using strata::testing::temp_dir;
 
-std::string read_file(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+std::string read_file(const fs::path& p) { return child_process::slurp(p); }
 
 TEST(SecretFile, CreatedRandomWithMode0600WhenAllowed) {
   temp_dir dir;
@@ -95,42 +90,47 @@ std::string two_nodes(const fs::path& d, bool create) {
   return m.str();
 }
 
+struct launch_result {
+  std::string out, err;
+};
+
+// `strata launch` of two_nodes(dir, create), which must end with status 1.
+launch_result launch_expecting_failure(const fs::path& dir, bool create) {
+  const fs::path manifest = dir / "pre.yaml";
+  std::ofstream(manifest) << two_nodes(dir, create);
+  strata_process p({"launch", manifest.string()}, dir / "out", dir / "err");
+  auto st = p.wait(60);
+  EXPECT_TRUE(st) << "launch did not end";
+  EXPECT_TRUE(st && WIFEXITED(*st) && WEXITSTATUS(*st) == 1) << p.err();
+  return {p.out(), p.err()};
+}
+
 TEST(Preflight, LaunchFailsBeforeAnyNodeStartsNamingTheMissingFile) {
   temp_dir dir;
-  const fs::path manifest = dir.path() / "pre.yaml";
-  std::ofstream(manifest) << two_nodes(dir.path(), false);
-  strata_process p({"launch", manifest.string()}, dir.path() / "out", dir.path() / "err");
-  auto st = p.wait(60);
-  ASSERT_TRUE(st) << "launch did not end";
-  EXPECT_TRUE(WIFEXITED(*st) && WEXITSTATUS(*st) == 1) << p.err();
-  EXPECT_NE(p.err().find("pre.yaml: admin.token_file: " +
-                         (dir.path() / "tok" / "admin.token").string() + " does not exist"),
+  const auto r = launch_expecting_failure(dir.path(), false);
+  EXPECT_NE(r.err.find("pre.yaml: admin.token_file: " +
+                       (dir.path() / "tok" / "admin.token").string() + " does not exist"),
             std::string::npos)
-      << p.err();
-  EXPECT_EQ(p.out().find("launch: starting"), std::string::npos) << p.out();
+      << r.err;
+  EXPECT_EQ(r.out.find("launch: starting"), std::string::npos) << r.out;
   EXPECT_FALSE(fs::exists(dir.path() / "tok" / "admin.token"));
 }
 
 TEST(Preflight, LaunchCreatesTheTokenThenNamesTheMissingDataFile) {
   temp_dir dir;
-  const fs::path manifest = dir.path() / "pre.yaml";
-  std::ofstream(manifest) << two_nodes(dir.path(), true);
-  strata_process p({"launch", manifest.string()}, dir.path() / "out", dir.path() / "err");
-  auto st = p.wait(60);
-  ASSERT_TRUE(st) << "launch did not end";
-  EXPECT_TRUE(WIFEXITED(*st) && WEXITSTATUS(*st) == 1) << p.err();
+  const auto r = launch_expecting_failure(dir.path(), true);
   const fs::path token = dir.path() / "tok" / "admin.token";
-  EXPECT_NE(p.out().find("admin: created the token file " + token.string() + " (mode 0600)"),
+  EXPECT_NE(r.out.find("admin: created the token file " + token.string() + " (mode 0600)"),
             std::string::npos)
-      << p.out();
+      << r.out;
   struct stat s {};
   ASSERT_EQ(::stat(token.c_str(), &s), 0);
   EXPECT_EQ(s.st_mode & 0777, 0600u);
-  EXPECT_NE(p.err().find("pre.yaml: data.path: " + (dir.path() / "missing.tsv").string() +
-                         " does not exist"),
+  EXPECT_NE(r.err.find("pre.yaml: data.path: " + (dir.path() / "missing.tsv").string() +
+                       " does not exist"),
             std::string::npos)
-      << p.err();
-  EXPECT_EQ(p.out().find("launch: starting"), std::string::npos) << p.out();
+      << r.err;
+  EXPECT_EQ(r.out.find("launch: starting"), std::string::npos) << r.out;
 }
 
 }  // namespace

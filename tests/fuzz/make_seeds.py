@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
-"""Writes the seed corpora of the fuzz targets other than `frame`
-(tests/fuzz/corpus/<target>/; the frame corpus is tests/transport/make_corpus.py's).
+"""Writes the seed corpora of the fuzz targets (tests/fuzz/corpus/<target>/).
 
 Seeds are small well-formed inputs, one per path worth reaching: the
-fuzzer mutates them. Files named crash-* are inputs that once crashed a
+fuzzer mutates them. The frame corpus is also the frame decoder's regression
+corpus: files named valid-* are well-formed node-to-node frames (corpus_test
+expects them accepted); every other one is malformed in one way and must be
+rejected by decode_frame or the payload rules (docs/wire-format.md). Files named crash-* are inputs that once crashed a
 target (kept as regression tests; this script writes the ones found while
 writing it). Run it again after a format change:
     python3 tests/fuzz/make_seeds.py
@@ -124,7 +126,56 @@ reader = {
     "libffm-bad": b"\x02" + b"1 0:5\n2 1:1:1\nx\n1 a:b:c\n",
 }
 
-corpora = {"wire": wire, "serving_http": serving_http, "admin_http": admin_http, "reader": reader}
+# --- frame: node-to-node transport frames (transport/frame.hpp) --------------------------
+MAGIC = 0x46525453
+
+
+def header(ftype, seq, payload_len, crc=0, magic=MAGIC, version=1, sender=7, request=1,
+           target=0, reserved=0):
+    return struct.pack("<IHHQQQIIII", magic, version, ftype, sender, seq, request, target,
+                       payload_len, crc, reserved)
+
+
+def node_frame(ftype, seq, payload, **kw):
+    h = header(ftype, seq, len(payload), **kw)
+    crc = crc32c(payload, crc32c(h))
+    return header(ftype, seq, len(payload), crc=crc, **kw) + payload
+
+
+def vec_u64(values):
+    return struct.pack("<Q", len(values)) + b"".join(struct.pack("<Q", v) for v in values)
+
+
+def string(s):
+    return struct.pack("<Q", len(s)) + s
+
+
+SHARD_PULL, SHARD_PUSH, SHARD_TICK, HEARTBEAT, REPLY_ERROR = 16, 17, 20, 3, 65
+frame = {
+    "valid-shard-pull": node_frame(SHARD_PULL, 1, vec_u64([1, 2, 3])),
+    "valid-heartbeat": node_frame(HEARTBEAT, 0, b""),
+    "valid-push": node_frame(SHARD_PUSH, 2, vec_u64([5]) + struct.pack("<Qff", 2, 1.0, -1.0)
+                        + struct.pack("<Q", 9)),
+    "valid-reply-error": node_frame(REPLY_ERROR, 3, string(b"node 'a': boom")),
+    "empty": b"",
+    "truncated-header": node_frame(SHARD_PULL, 1, vec_u64([1]))[:20],
+    "bad-magic": node_frame(SHARD_PULL, 1, vec_u64([1]), magic=0x12345678),
+    "other-version": node_frame(SHARD_PULL, 1, vec_u64([1]), version=2),
+    "unknown-type": node_frame(999, 1, vec_u64([1])),
+    "reserved-set": node_frame(SHARD_PULL, 1, vec_u64([1]), reserved=1),
+    "oversized-length": header(SHARD_PULL, 1, 0xFFFFFFFF) + b"\0" * 16,
+    "truncated-payload": node_frame(SHARD_PULL, 1, vec_u64([1, 2, 3, 4]))[:48 + 20],
+    "bad-checksum": node_frame(SHARD_PULL, 1, vec_u64([1, 2]))[:-1] + b"\x01",
+    "control-with-seq": node_frame(HEARTBEAT, 5, b""),
+    "data-without-seq": node_frame(SHARD_PULL, 0, vec_u64([1])),
+    "count-overflow": node_frame(SHARD_PULL, 1, struct.pack("<Q", 1 << 62) + b"\0" * 8),
+    "push-truncated-grads": node_frame(SHARD_PUSH, 1, vec_u64([5]) + struct.pack("<Q", 1000)),
+    "tick-trailing-bytes": node_frame(SHARD_TICK, 1, struct.pack("<IB", 3, 0)),
+    "error-text-too-long": node_frame(REPLY_ERROR, 1, struct.pack("<Q", 100) + b"short"),
+    "extra-bytes-after-frame": node_frame(SHARD_PULL, 1, vec_u64([1])) + b"\0\0",
+}
+
+corpora = {"frame": frame, "wire": wire, "serving_http": serving_http, "admin_http": admin_http, "reader": reader}
 for target, seeds in corpora.items():
     folder = os.path.join(HERE, "corpus", target)
     os.makedirs(folder, exist_ok=True)

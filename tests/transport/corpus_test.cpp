@@ -1,5 +1,5 @@
 // Replays the frame-decoder regression corpus (tests/fuzz/corpus/frame/,
-// written by make_corpus.py, extended by fuzzer findings): every
+// written by tests/fuzz/make_seeds.py, extended by fuzzer findings): every
 // malformed frame is rejected with an error, every valid-* seed accepted.
 #include <gtest/gtest.h>
 
