@@ -1,0 +1,113 @@
+// Internals of the coordinator actor shared by its source files:
+// coordinator_actor.cpp (behavior, failure), coordinator_training.cpp
+// (rounds, passes, checkpoints, progress, the drain) and
+// coordinator_scale.cpp (scaling: copy, fence, commit).
+#pragma once
+
+#include <caf/all.hpp>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "actors/coordinator_actor.hpp"
+
+namespace strata::actors::coordinator_impl {
+
+// How many of the most recent batches the progress sink's loss averages.
+constexpr size_t recent_loss_batches = 64;
+
+struct batch_loss {
+  uint64_t examples = 0;
+  double loss_sum = 0;
+};
+
+struct coordinator_state {
+  static inline const char* name = "strata.coordinator";
+
+  training_mode mode = training_mode::async;
+  uint64_t pass_batches = 0;
+  coordinator_peers peers;
+  progress_sink sink;
+
+  std::optional<caf::typed_response_promise<training_summary>> run;
+  std::vector<bool> finished;       // per worker
+  std::vector<uint64_t> bad_lines;  // per worker, its running total
+  uint64_t pass = 0;
+  training_summary summary;
+  std::vector<batch_loss> history;  // per reported batch, in arrival order
+  training_progress progress;
+  bool failed = false;
+
+  // Checkpoints.
+  checkpoint_plan plan;
+  uint64_t epoch = 1;               // of the next checkpoint (pushes carry it)
+  std::vector<uint64_t> positions;  // per worker, absolute, as of the last round
+  std::vector<uint64_t> last_cut;   // per worker, position at the last checkpoint
+  bool due = false;                 // the timer fired or someone asked
+  bool stop_requested = false;
+  bool writing = false;                 // a checkpoint's copies are being completed
+  std::function<void()> after_writing;  // runs once the checkpoint being written is complete
+  // On-demand requests waiting for the next cut, and those the checkpoint
+  // being written was taken for (a request is answered with a checkpoint
+  // cut after it arrived).
+  std::vector<caf::typed_response_promise<std::string>> on_demand;
+  std::vector<caf::typed_response_promise<std::string>> on_demand_writing;
+
+  // Scaling (docs/scaling.md): at most one scale at a time.
+  struct scaling_job {
+    partition_map next;
+    std::vector<shard_actor> shards;  // old and new: max(current, target)
+    std::vector<uint32_t> sources;    // shards that send partitions
+    size_t copies_missing = 0;
+    bool copied = false;
+    bool committing = false;
+    std::function<void()> resume;  // a final cut waiting for the commit
+    scale_result result;
+    caf::typed_response_promise<scale_result> promise;
+  };
+  std::optional<scaling_job> scaling;
+  bool ended = false;  // the run answered (or failed)
+};
+
+using coordinator_pointer = coordinator_actor::stateful_pointer<coordinator_state>;
+
+void fail(coordinator_pointer self, caf::error err);
+
+caf::error io_failure(const error& e);
+
+// Sends `message...` to every target and calls `next` once all answered ok.
+template <class Handle, class... Ts>
+void on_all_ok(coordinator_pointer self, const std::vector<Handle>& targets,
+               std::function<void()> next, Ts... message) {
+  if (targets.empty()) {
+    next();
+    return;
+  }
+  auto missing = std::make_shared<size_t>(targets.size());
+  for (const auto& target : targets)
+    self->request(target, caf::infinite, message...)
+        .then(
+            [self, missing, next](ok_atom) {
+              if (self->state.failed) return;
+              if (--*missing == 0) next();
+            },
+            [self](caf::error& err) { fail(self, std::move(err)); });
+}
+
+// coordinator_training.cpp
+void async_round(coordinator_pointer self);
+void start_pass(coordinator_pointer self);
+void on_progress(coordinator_pointer self, const progress_report& report);
+
+// coordinator_scale.cpp
+// A cut (every push acknowledged; pass mode: caches written back): a
+// scale whose copy is done fences and commits here. `final` (training
+// ends) waits for a copy still running.
+void at_cut(coordinator_pointer self, std::function<void()> next, bool final);
+routing_table routing_of(const partition_map& map, const std::vector<shard_actor>& shards);
+caf::typed_response_promise<scale_result> start_scale(coordinator_pointer self, uint32_t target);
+
+}  // namespace strata::actors::coordinator_impl

@@ -1,0 +1,195 @@
+// The coordinator's scaling (docs/scaling.md): spawn the new shards, copy
+// the moving partitions, fence and commit the new map at a cut.
+#include <caf/all.hpp>
+#include <string>
+
+#include "actors/coordinator_internal.hpp"
+#include "actors/shard_actor.hpp"
+
+namespace strata::actors::coordinator_impl {
+
+// --- scaling ------------------------------------------------------------------------
+
+bool training_running(const coordinator_state& s) { return s.run.has_value(); }
+
+routing_table routing_of(const partition_map& map, const std::vector<shard_actor>& shards) {
+  routing_table t;
+  t.epoch = map.epoch();
+  t.owners = map.owners();
+  for (const auto& s : shards) t.shards.push_back(caf::actor_cast<caf::actor>(s));
+  return t;
+}
+
+// Fence (every source sends its touched rows and forwards from then on),
+// then commit the new map to every shard and cache tier; retired shards
+// exit and their files go; then `next` (training resumes).
+void fence_and_commit(coordinator_pointer self, std::function<void()> next) {
+  auto& job = *self->state.scaling;
+  job.committing = true;
+  const uint64_t epoch = job.next.epoch();
+  auto missing = std::make_shared<size_t>(job.sources.size());
+  auto commit = [self, next] {
+    auto& job = *self->state.scaling;
+    const uint32_t target = job.next.shards();
+    std::vector<shard_actor> kept(job.shards.begin(), job.shards.begin() + target);
+    const routing_table table = routing_of(job.next, kept);
+    auto done = [self, next, kept] {
+      auto& s = self->state;
+      auto& job = *s.scaling;
+      const uint32_t target = job.next.shards();
+      for (size_t i = target; i < job.shards.size(); ++i) {
+        self->unlink_from(job.shards[i]);
+        caf::anon_send_exit(job.shards[i], caf::exit_reason::user_shutdown);
+        if (s.peers.factory.remove_files) s.peers.factory.remove_files(static_cast<uint32_t>(i));
+      }
+      s.plan.map = job.next;
+      s.peers.shards = kept;
+      job.result.epoch = job.next.epoch();
+      job.result.shards = target;
+      auto answer = [self, next] {
+        auto& s = self->state;
+        if (!s.scaling) return;
+        s.scaling->promise.deliver(s.scaling->result);
+        s.scaling.reset();
+        if (next) next();
+      };
+      // No training (before the run or after its drain): the moved rows
+      // are made durable now, as a graceful stop would.
+      if (!training_running(s))
+        on_all_ok(self, kept, answer, drain_atom::value);
+      else
+        answer();
+    };
+    auto acks = std::make_shared<size_t>(job.shards.size() + self->state.peers.caches.size());
+    auto ack = [self, acks, done]() {
+      if (self->state.failed) return;
+      if (--*acks == 0) done();
+    };
+    for (const auto& shard : job.shards)
+      self->request(shard, caf::infinite, commit_atom::value, table)
+          .then([ack](ok_atom) { ack(); }, [self](caf::error& err) { fail(self, std::move(err)); });
+    for (const auto& cache : self->state.peers.caches)
+      self->request(cache, caf::infinite, map_atom::value, table)
+          .then([ack](ok_atom) { ack(); }, [self](caf::error& err) { fail(self, std::move(err)); });
+  };
+  if (*missing == 0) {
+    commit();
+    return;
+  }
+  for (uint32_t src : job.sources)
+    self->request(job.shards[src], caf::infinite, fence_atom::value, epoch)
+        .then(
+            [self, missing, commit](const migration_stats& delta) {
+              auto& s = self->state;
+              if (s.failed || !s.scaling) return;
+              s.scaling->result.delta_rows += delta.rows;
+              s.scaling->result.bytes += delta.bytes;
+              if (--*missing == 0) commit();
+            },
+            [self](caf::error& err) { fail(self, std::move(err)); });
+}
+
+// A cut (every push acknowledged; pass mode: caches written back): a
+// scale whose copy is done fences and commits here. `final` (training
+// ends) waits for a copy still running.
+void at_cut(coordinator_pointer self, std::function<void()> next, bool final) {
+  auto& s = self->state;
+  if (!s.scaling || s.scaling->committing || (s.writing && !final) ||
+      (!s.scaling->copied && !final)) {
+    next();
+    return;
+  }
+  if (!s.scaling->copied) {
+    s.scaling->resume = std::move(next);
+    return;
+  }
+  fence_and_commit(self, std::move(next));
+}
+
+// The copies of every source are acknowledged: commit now if no training
+// is running (or a final cut waits), else at the next cut.
+void copies_done(coordinator_pointer self) {
+  auto& s = self->state;
+  auto& job = *s.scaling;
+  job.copied = true;
+  if (job.resume) {
+    auto next = std::move(job.resume);
+    job.resume = nullptr;
+    fence_and_commit(self, std::move(next));
+  } else if (!training_running(s)) {
+    fence_and_commit(self, nullptr);
+  }
+}
+
+caf::typed_response_promise<scale_result> start_scale(coordinator_pointer self, uint32_t target) {
+  auto& s = self->state;
+  auto promise = self->make_response_promise<scale_result>();
+  const uint32_t current = static_cast<uint32_t>(s.peers.shards.size());
+  const uint32_t partitions = s.plan.map.partitions();
+  auto refuse = [&](std::string why) {
+    promise.deliver(caf::make_error(caf::sec::invalid_argument,
+                                    "cannot scale cluster '" + s.plan.cluster + "' to " +
+                                        std::to_string(target) + " shards: " + why));
+    return promise;
+  };
+  if (s.failed) return refuse("training has failed");
+  if (s.scaling)
+    return refuse("a scale to " + std::to_string(s.scaling->next.shards()) +
+                  " shards is in progress");
+  if (target == 0) return refuse("at least one shard is needed");
+  if (target > partitions)
+    return refuse("only " + std::to_string(partitions) + " partitions to spread");
+  if (!s.peers.factory.refuse_scaling.empty()) return refuse(s.peers.factory.refuse_scaling);
+  if (target > current && !s.peers.factory.spawn) return refuse("this cluster cannot spawn shards");
+  if (target == current) {
+    promise.deliver(scale_result{s.plan.map.epoch(), current, 0, 0, 0, 0});
+    return promise;
+  }
+  coordinator_state::scaling_job job;
+  job.next = s.plan.map.rebalanced(target);
+  job.shards = s.peers.shards;
+  for (uint32_t i = current; i < target; ++i) {
+    auto spawned = s.peers.factory.spawn(i);
+    if (!spawned) {
+      for (uint32_t j = current; j < i; ++j) {
+        caf::anon_send_exit(job.shards[j], caf::exit_reason::user_shutdown);
+        if (s.peers.factory.remove_files) s.peers.factory.remove_files(j);
+      }
+      return refuse(spawned.err().to_string());
+    }
+    self->link_to(*spawned);  // they stop with the cluster
+    job.shards.push_back(*spawned);
+  }
+  std::vector<migration_order> orders(job.shards.size());
+  for (uint32_t p = 0; p < partitions; ++p) {
+    const uint32_t from = s.plan.map.owner(p), to = job.next.owner(p);
+    if (from == to) continue;
+    orders[from].epoch = job.next.epoch();
+    orders[from].partitions.push_back(p);
+    orders[from].destinations.push_back(caf::actor_cast<caf::actor>(job.shards[to]));
+    ++job.result.moved_partitions;
+  }
+  for (uint32_t i = 0; i < orders.size(); ++i)
+    if (!orders[i].partitions.empty()) job.sources.push_back(i);
+  job.copies_missing = job.sources.size();
+  job.promise = promise;
+  s.scaling = std::move(job);
+  if (s.scaling->sources.empty()) {
+    copies_done(self);
+    return promise;
+  }
+  for (uint32_t src : s.scaling->sources)
+    self->request(s.scaling->shards[src], caf::infinite, migrate_atom::value, orders[src])
+        .then(
+            [self](const migration_stats& copied) {
+              auto& s = self->state;
+              if (s.failed || !s.scaling) return;
+              s.scaling->result.copied_rows += copied.rows;
+              s.scaling->result.bytes += copied.bytes;
+              if (--s.scaling->copies_missing == 0) copies_done(self);
+            },
+            [self](caf::error& err) { fail(self, std::move(err)); });
+  return promise;
+}
+
+}  // namespace strata::actors::coordinator_impl
