@@ -1,0 +1,82 @@
+// Internals of the cache tier actor shared by its source files: the state,
+// the fill/insert/write-back helpers (cache_tier_actor.cpp) and the push
+// paths (cache_push.cpp).
+#pragma once
+
+#include <caf/all.hpp>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "actors/cache_tier_actor.hpp"
+#include "actors/error.hpp"
+#include "actors/row_batch_util.hpp"
+#include "common/latency_histogram.hpp"
+#include "tiers/cpu_cache.hpp"
+
+namespace strata::actors::cache_detail {
+
+// A lookup or prefetch waiting for rows from the shards.
+struct pending_fill {
+  std::vector<uint64_t> keys;
+  row_batch rows;                                                 // one record per position
+  std::unordered_map<uint64_t, std::vector<uint32_t>> positions;  // missing key -> positions
+  size_t outstanding = 0;
+  caf::typed_response_promise<lookup_reply> promise;
+  bool reply = false;
+  std::function<void()> then;                 // runs once every row is in (push in pass mode)
+  std::function<void(caf::error&)> fail;      // a shard refused a pull
+  std::unordered_set<uint64_t> not_admitted;  // keys the shards flagged
+  double started = 0;                         // when the lookup arrived (latency metrics)
+};
+
+struct cache_state {
+  cache_config config;
+  training_mode mode = training_mode::async;
+  std::vector<shard_actor> shards;
+  partition_map map;
+  std::unique_ptr<cache_backend> cache;
+  size_t record_bytes = 0;
+  // Evicted dirty rows not yet acknowledged by their shard: still served.
+  std::unordered_map<uint64_t, std::vector<std::byte>> evicted;
+  // Pass mode: keys of pushes waiting for their rows (key -> pushes). An
+  // evicted row of a pinned key outlives its acknowledgement (the acked
+  // version is kept in acked_pinned) until the last such push has run, so
+  // that the push sees every version written since its rows were served.
+  std::unordered_map<uint64_t, uint32_t> pinned;
+  std::unordered_map<uint64_t, uint64_t> acked_pinned;
+  size_t write_backs_in_flight = 0;
+  std::vector<caf::typed_response_promise<ok_atom>> flush_waiters;
+  uint64_t clock = 0;  // lookups served (async staleness)
+  tier_stats stats;    // counters; gauges and latencies are added on request
+  latency_histogram lookup_latency, pull_latency, push_latency;
+  double now() const { return config.clock->now_seconds(); }
+  static inline const char* name = "cache_tier";
+};
+
+using cache_pointer = cache_tier_actor::stateful_pointer<cache_state>;
+using push_done = std::function<void(push_ack)>;
+using push_failed = std::function<void(caf::error&)>;
+
+// Runs one backend call and waits for its completion: at once for the CPU
+// backend; for the CUDA one (gpu/staged_cache.hpp) the actor's thread
+// blocks for the call's tens of microseconds on the device.
+void run_sync(const char* what, const std::function<void(cache_completion)>& call);
+
+void check_flush_waiters(cache_pointer self);
+void pin(cache_pointer self, const std::vector<uint64_t>& keys);
+void unpin(cache_pointer self, const std::vector<uint64_t>& keys);
+void write_back(cache_pointer self, const std::vector<uint64_t>& keys,
+                const std::vector<std::byte>& records);
+void insert(cache_pointer self, const std::vector<uint64_t>& keys, std::byte* records, bool dirty);
+void finish_fill(cache_pointer self, const std::shared_ptr<pending_fill>& fill);
+void fill_rows(cache_pointer self, std::shared_ptr<pending_fill> fill, bool count_stats);
+
+// --- pushes (cache_push.cpp) ---------------------------------------------------
+
+void apply_in_cache(cache_pointer self, const push_request& req, push_done done, push_failed fail);
+void push_to_shards(cache_pointer self, const push_request& req, push_done done, push_failed fail);
+
+}  // namespace strata::actors::cache_detail

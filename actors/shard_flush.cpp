@@ -1,0 +1,149 @@
+// The shard's flush/drain/cut pipeline: write-behind batches to ssd_flush,
+// the drain's sync, the checkpoint cut and the erase after a commit.
+#include "actors/shard_internal.hpp"
+
+namespace strata::actors::shard_detail {
+
+// Writes the admission sketch's counters (if any) and the TTL clock into the
+// shard's checkpoint directory. Errors name the file.
+caf::error write_cut_state(shard_state& st, const std::string& dir) {
+  const auto path = std::filesystem::path(dir) / "shard.state";
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  const uint32_t tick = st.chain->tick();
+  const count_min_sketch* sketch = st.chain->sketch();
+  const uint64_t words = sketch ? sketch->counters().size() : 0;
+  out.write(reinterpret_cast<const char*>(&tick), sizeof tick);
+  out.write(reinterpret_cast<const char*>(&words), sizeof words);
+  if (sketch)
+    out.write(reinterpret_cast<const char*>(sketch->counters().data()),
+              static_cast<std::streamsize>(words * sizeof(uint16_t)));
+  out.flush();
+  if (!out) return caf::make_error(caf::sec::runtime_error, "cannot write " + path.string());
+  return {};
+}
+
+// Every row of the cut is in LMDB (nothing in flight, nothing queued): the
+// copy is queued to ssd_flush now, ahead of any later flush (FIFO), so it
+// holds exactly the cut's state; the cut is answered at once.
+void take_cut(shard_pointer self) {
+  auto& st = self->state;
+  pending_cut cut = std::move(*st.cut);
+  st.cut.reset();
+  if (st.drain_waiters.empty()) st.draining = false;
+  if (auto err = write_cut_state(st, cut.dir)) {
+    cut.promise.deliver(std::move(err));
+    return;
+  }
+  const uint64_t epoch = cut.epoch;
+  st.copies[epoch];
+  self->request(st.flusher, caf::infinite, checkpoint_atom::value, cut.dir)
+      .then(
+          [self, epoch](uint64_t rows) {
+            auto& c = self->state.copies[epoch];
+            c.done = true;
+            c.rows = rows;
+            if (c.waiters.empty()) return;  // copied(epoch) picks it up later
+            for (auto& p : c.waiters) p.deliver(rows);
+            self->state.copies.erase(epoch);
+          },
+          [self, epoch](caf::error& err) {
+            auto& c = self->state.copies[epoch];
+            c.done = true;
+            c.failure = err;
+            if (c.waiters.empty()) return;
+            for (auto& p : c.waiters) p.deliver(err);
+            self->state.copies.erase(epoch);
+          });
+  cut.promise.deliver(ok_atom::value);
+}
+
+// After a commit, once the write-behind is flushed: the rows of partitions
+// owned elsewhere leave LMDB; then the commit is answered.
+void erase_foreign(shard_pointer self) {
+  auto& st = self->state;
+  st.erase_pending = false;
+  auto partitions = std::move(st.erase_partitions);
+  st.erase_partitions.clear();
+  auto answer = [self](caf::error err) {
+    auto waiters = std::move(self->state.commit_waiters);
+    self->state.commit_waiters.clear();
+    for (auto& p : waiters) {
+      if (err)
+        p.deliver(err);
+      else
+        p.deliver(ok_atom::value);
+    }
+  };
+  if (partitions.empty()) {
+    answer({});
+    return;
+  }
+  self->request(st.flusher, caf::infinite, erase_atom::value, std::move(partitions))
+      .then([answer](uint64_t) { answer({}); }, [answer](caf::error& err) { answer(err); });
+}
+
+void send_flush(shard_pointer self, uint64_t seq, bool retry) {
+  auto& st = self->state;
+  st.metrics.flush_started[seq] = st.config.clock->now_seconds();
+  self->request(st.flusher, caf::infinite, flush_atom::value, seq, st.in_flight.at(seq))
+      .then(
+          [self](uint64_t done, double write_seconds) {
+            auto& s = self->state;
+            auto& m = s.metrics;
+            m.flush.observe(s.config.clock->now_seconds() - m.flush_started[done]);
+            m.flush_started.erase(done);
+            m.lmdb_write.observe(write_seconds);
+            ++m.flush_batches;
+            m.flush_bytes += s.in_flight[done].keys.size() * s.config.table.layout.encoded_bytes();
+            s.in_flight.erase(done);
+            s.chain->flushed(done);
+            maybe_flush(self);
+          },
+          [self, seq, retry](caf::error& err) {
+            if (!retry) {
+              send_flush(self, seq, true);  // one retry; the rows stay readable meanwhile
+              return;
+            }
+            self->state.flush_error = std::move(err);
+            for (auto& p : self->state.drain_waiters) p.deliver(self->state.flush_error);
+            self->state.drain_waiters.clear();
+            if (self->state.cut) {
+              self->state.cut->promise.deliver(self->state.flush_error);
+              self->state.cut.reset();
+            }
+          });
+}
+
+// Sends write-behind batches to ssd_flush: when enough rows are queued (or
+// while draining), and while fewer than max_flushes_in_flight are out.
+void maybe_flush(shard_pointer self) {
+  auto& st = self->state;
+  auto& wb = st.chain->write_behind();
+  const bool flush_all = st.draining || st.erase_pending;
+  while (st.in_flight.size() < st.config.max_flushes_in_flight && wb.queued_rows() > 0 &&
+         (flush_all || wb.queued_rows() >= st.config.flush_batch_rows)) {
+    row_buffer rows;
+    uint64_t seq = 0;
+    if (!st.chain->take_flush(rows, seq)) break;
+    st.in_flight.emplace(seq, to_batch(rows));
+    send_flush(self, seq, false);
+  }
+  if (st.draining && st.in_flight.empty() && wb.queued_rows() == 0 && st.cut) take_cut(self);
+  if (st.erase_pending && st.in_flight.empty() && wb.queued_rows() == 0) erase_foreign(self);
+  if (st.draining && st.in_flight.empty() && wb.queued_rows() == 0 && !st.drain_waiters.empty()) {
+    // Everything is written: make it durable, then answer.
+    auto waiters = std::move(st.drain_waiters);
+    st.drain_waiters.clear();
+    st.draining = false;
+    self->request(st.flusher, caf::infinite, drain_atom::value)
+        .then(
+            [waiters](ok_atom) mutable {
+              for (auto& p : waiters) p.deliver(ok_atom::value);
+            },
+            [waiters](caf::error& err) mutable {
+              for (auto& p : waiters) p.deliver(err);
+            });
+  }
+}
+
+}  // namespace strata::actors::shard_detail

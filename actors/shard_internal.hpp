@@ -1,0 +1,135 @@
+// Internals of the shard actor shared by its source files: the state, and
+// the flush/drain/cut pipeline (shard_flush.cpp) and the scaling helpers
+// (shard_migration.cpp) the behaviour (shard_actor.cpp) calls.
+#pragma once
+
+#include <caf/all.hpp>
+#include <deque>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "actors/error.hpp"
+#include "actors/row_batch_util.hpp"
+#include "actors/shard_actor.hpp"
+#include "actors/ssd_flush_actor.hpp"
+#include "common/hash.hpp"
+#include "common/latency_histogram.hpp"
+
+namespace strata::actors::shard_detail {
+
+// Times the LMDB tier's lookups inside the chain (tier 2).
+class lmdb_read_timer final : public tier_observer {
+ public:
+  lmdb_read_timer(const clock_source* clock, latency_histogram* histogram)
+      : clock_(clock), histogram_(histogram) {}
+  void before_lookup(size_t tier) override {
+    if (tier == lmdb_tier_index) start_ = clock_->now_seconds();
+  }
+  void after_lookup(size_t tier, size_t) override {
+    if (tier == lmdb_tier_index) histogram_->observe(clock_->now_seconds() - start_);
+  }
+  static constexpr size_t lmdb_tier_index = 2;
+
+ private:
+  const clock_source* clock_;
+  latency_histogram* histogram_;
+  double start_ = 0;
+};
+
+// Metrics of the shard's own work (the tiers count theirs).
+struct shard_metrics {
+  latency_histogram pull, push, flush, lmdb_read, lmdb_write;
+  uint64_t pushes = 0, push_rows = 0, write_back_rows = 0;
+  uint64_t prefetch_requests = 0, prefetch_rows = 0;
+  uint64_t migrated_in_rows = 0;
+  uint64_t flush_batches = 0, flush_bytes = 0;
+  std::map<uint64_t, double> flush_started;  // seq -> time sent
+};
+
+// A checkpoint's copy, from the cut until ssd_flush answers.
+struct checkpoint_copy {
+  bool done = false;
+  uint64_t rows = 0;
+  caf::error failure;
+  std::vector<caf::typed_response_promise<uint64_t>> waiters;
+};
+
+// A cut waiting for the flushes before it.
+struct pending_cut {
+  uint64_t epoch = 0;
+  std::string dir;
+  caf::typed_response_promise<ok_atom> promise;
+};
+
+// Partitions leaving this shard (source side of a migration).
+struct outgoing_migration {
+  migration_order order;
+  std::unordered_map<uint32_t, caf::actor> destination;  // partition -> new owner
+  // Keys of the moving partitions resident above LMDB when the copy began,
+  // or touched since: their newest rows are sent again at the fence.
+  std::unordered_set<uint64_t> touched;
+  size_t next = 0;       // next partition of order.partitions to copy
+  size_t in_flight = 0;  // copied batches not yet acknowledged
+  migration_stats copied;
+  std::optional<caf::typed_response_promise<migration_stats>> copy_promise;
+  bool fenced = false;  // from the fence on, requests for them are forwarded
+};
+
+// Copy batches of a migration kept in flight per source shard.
+constexpr size_t migration_window = 4;
+
+struct shard_state {
+  shard_config config;
+  shard_metrics metrics;
+  std::unique_ptr<lmdb_read_timer> read_timer;
+  std::unique_ptr<tier_chain> chain;
+  ssd_flush_actor flusher;
+  std::map<uint64_t, row_batch> in_flight;  // seq -> batch (kept for a retry)
+  std::vector<caf::typed_response_promise<ok_atom>> drain_waiters;
+  bool draining = false;
+  caf::error flush_error;                      // a flush that failed twice; drain reports it
+  uint64_t max_push_epoch = 0;                 // highest checkpoint epoch a push carried
+  std::optional<pending_cut> cut;              // at most one cut at a time
+  std::map<uint64_t, checkpoint_copy> copies;  // by epoch
+  // Scaling (docs/scaling.md).
+  std::optional<outgoing_migration> out;
+  std::optional<routing_table> routing;    // the last committed map (none: owns all it is asked)
+  std::vector<uint32_t> erase_partitions;  // not owned: removed from LMDB once flushed
+  bool erase_pending = false;
+  std::vector<caf::typed_response_promise<ok_atom>> commit_waiters;
+  static inline const char* name = "shard";
+};
+
+using shard_pointer = shard_actor::stateful_pointer<shard_state>;
+
+// Positions of a request's keys served here, and per other shard.
+struct key_split {
+  std::vector<uint32_t> local;
+  std::vector<std::pair<caf::actor, std::vector<uint32_t>>> remote;
+};
+
+// --- flush, drain, cut (shard_flush.cpp) ---------------------------------------
+
+// Writes the admission sketch's counters (if any) and the TTL clock into the
+// shard's checkpoint directory. Errors name the file.
+caf::error write_cut_state(shard_state& st, const std::string& dir);
+void take_cut(shard_pointer self);
+void erase_foreign(shard_pointer self);
+void send_flush(shard_pointer self, uint64_t seq, bool retry);
+// Sends write-behind batches to ssd_flush: when enough rows are queued (or
+// while draining), and while fewer than max_flushes_in_flight are out.
+void maybe_flush(shard_pointer self);
+
+// --- scaling (shard_migration.cpp) ---------------------------------------------
+
+caf::actor owner_elsewhere(const shard_state& st, uint64_t key);
+key_split split_keys(const shard_state& st, const std::vector<uint64_t>& keys);
+std::vector<uint64_t> pick(const std::vector<uint64_t>& keys, const std::vector<uint32_t>& at);
+void touch(shard_state& st, const std::vector<uint64_t>& keys);
+void copy_next(shard_pointer self);
+expected<row_buffer> newest_rows(tier_chain& chain, const std::vector<uint64_t>& keys);
+
+}  // namespace strata::actors::shard_detail

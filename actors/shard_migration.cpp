@@ -1,0 +1,129 @@
+// The shard's side of scaling: routing, forwarding and the migration copy.
+#include "actors/shard_internal.hpp"
+
+namespace strata::actors::shard_detail {
+
+// --- scaling: routing, forwarding, migration -----------------------------------
+
+// The shard that serves `key` if it is not this one (null: this one). A
+// fenced partition goes to its destination; after a commit, the map says.
+caf::actor owner_elsewhere(const shard_state& st, uint64_t key) {
+  if (!st.routing && !(st.out && st.out->fenced)) return {};
+  const uint32_t p = partition_of(key, st.config.lmdb.partitions);
+  if (st.out && st.out->fenced)
+    if (auto it = st.out->destination.find(p); it != st.out->destination.end()) return it->second;
+  if (st.routing && st.routing->owners[p] != st.config.index)
+    return st.routing->shards[st.routing->owners[p]];
+  return {};
+}
+
+
+key_split split_keys(const shard_state& st, const std::vector<uint64_t>& keys) {
+  key_split out;
+  for (uint32_t i = 0; i < keys.size(); ++i) {
+    caf::actor other = owner_elsewhere(st, keys[i]);
+    if (!other) {
+      out.local.push_back(i);
+      continue;
+    }
+    auto it = std::find_if(out.remote.begin(), out.remote.end(),
+                           [&](const auto& r) { return r.first == other; });
+    if (it == out.remote.end()) {
+      out.remote.emplace_back(other, std::vector<uint32_t>{});
+      it = out.remote.end() - 1;
+    }
+    it->second.push_back(i);
+  }
+  return out;
+}
+
+std::vector<uint64_t> pick(const std::vector<uint64_t>& keys, const std::vector<uint32_t>& at) {
+  std::vector<uint64_t> out;
+  out.reserve(at.size());
+  for (uint32_t i : at) out.push_back(keys[i]);
+  return out;
+}
+
+// Copy phase: records keys of moving partitions that this shard serves.
+void touch(shard_state& st, const std::vector<uint64_t>& keys) {
+  if (!st.out || st.out->fenced) return;
+  for (uint64_t k : keys)
+    if (st.out->destination.count(partition_of(k, st.config.lmdb.partitions)))
+      st.out->touched.insert(k);
+}
+
+// Streams the next partitions of the copy phase (a window of batches in
+// flight; one LMDB range scan per partition, so other messages interleave).
+void copy_next(shard_pointer self) {
+  auto& st = self->state;
+  if (!st.out || !st.out->copy_promise) return;
+  auto& m = *st.out;
+  const size_t record_bytes = st.config.table.layout.record_bytes();
+  while (m.in_flight < migration_window && m.next < m.order.partitions.size()) {
+    const uint32_t partition = m.order.partitions[m.next];
+    const caf::actor destination = m.order.destinations[m.next];
+    ++m.next;
+    row_batch batch;
+    auto s = st.chain->durable()->range_scan(partition, [&](uint64_t key, const std::byte* rec) {
+      batch.keys.push_back(key);
+      const auto* bytes = reinterpret_cast<const uint8_t*>(rec);
+      batch.records.insert(batch.records.end(), bytes, bytes + record_bytes);
+    });
+    if (!s) {
+      m.copy_promise->deliver(to_caf(s.err()));
+      m.copy_promise.reset();
+      return;
+    }
+    if (batch.keys.empty()) continue;
+    m.copied.rows += batch.keys.size();
+    m.copied.bytes += batch.records.size();
+    ++m.in_flight;
+    self->request(caf::actor_cast<shard_actor>(destination), caf::infinite, migrate_in_atom::value,
+                  std::move(batch))
+        .then(
+            [self](ok_atom) {
+              if (!self->state.out) return;
+              --self->state.out->in_flight;
+              copy_next(self);
+            },
+            [self](caf::error& err) {
+              auto& o = self->state.out;
+              if (o && o->copy_promise) {
+                o->copy_promise->deliver(err);
+                o->copy_promise.reset();
+              }
+            });
+  }
+  if (m.next == m.order.partitions.size() && m.in_flight == 0) {
+    m.copy_promise->deliver(m.copied);
+    m.copy_promise.reset();
+  }
+}
+// The newest row of each key, walking DRAM, write-behind and LMDB without
+// promoting or initializing; keys found nowhere are skipped.
+expected<row_buffer> newest_rows(tier_chain& chain, const std::vector<uint64_t>& keys) {
+  const row_layout& layout = chain.table().layout;
+  row_buffer out(layout);
+  std::vector<uint64_t> remaining = keys;
+  std::vector<std::byte> scratch;
+  for (row_store* tier : chain.tiers()) {
+    if (remaining.empty()) break;
+    scratch.resize(remaining.size() * layout.record_bytes());
+    std::vector<uint32_t> misses;
+    STRATA_TRY(tier->lookup(remaining, {scratch.data(), layout.record_bytes()}, misses));
+    std::vector<uint64_t> next;
+    size_t m = 0;
+    for (uint32_t j = 0; j < remaining.size(); ++j) {
+      if (m < misses.size() && misses[m] == j) {
+        ++m;
+        next.push_back(remaining[j]);
+      } else {
+        out.append(remaining[j], scratch.data() + size_t{j} * layout.record_bytes());
+      }
+    }
+    remaining = std::move(next);
+  }
+  return out;
+}
+
+}  // namespace strata::actors::shard_detail
