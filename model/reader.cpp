@@ -2,6 +2,7 @@
 // bad-line policy (line_reader), and a parser per format.
 #include "model/reader.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
@@ -9,64 +10,101 @@
 #include <cstring>
 #include <unordered_map>
 
+#include <unistd.h>
+
+#include "common/regular_file.hpp"
 #include "model/features.hpp"
 
 namespace strata::model {
 namespace {
 
 constexpr size_t chunk_size = 1 << 20;
+constexpr size_t buffer_limit = max_line_bytes + 2 + chunk_size;
 
-// The lines of a file, read in big chunks; a line is valid until the next
-// call. Handles a last line without '\n' and strips a trailing '\r'.
+// A line of the file, valid until the next call; `too_long` when the line
+// was longer than max_line_bytes and has been skipped (its text is empty).
+struct source_line {
+  std::string_view text;
+  bool too_long = false;
+};
+
+// The lines of a file, read in big chunks into a buffer that grows for a
+// long line up to buffer_limit (a whole line of max_line_bytes, its "\r\n"
+// and a chunk behind it). A longer line is skipped up to its newline and reported as too
+// long, so a file without newlines costs bounded memory. Handles a last
+// line without '\n' and strips a trailing '\r'.
 class line_source {
  public:
   ~line_source() {
     if (file_ != nullptr) std::fclose(file_);
   }
   status open(const std::filesystem::path& path) {
-    file_ = std::fopen(path.c_str(), "rb");
+    auto fd = open_regular_file(path, "data file");
+    if (!fd) return fd.err();
+    file_ = ::fdopen(*fd, "rb");
     if (file_ == nullptr) {
       const int e = errno;
-      return error(e == ENOENT ? errc::not_found : errc::io_error,
-                   "cannot open data file " + path.string() + ": " + std::strerror(e));
+      ::close(*fd);
+      return error(errc::io_error, "cannot open data file " + path.string() + ": " + std::strerror(e));
     }
     path_ = path.string();
     buffer_.resize(chunk_size);
     return {};
   }
   // Next line, nullopt at the end of the file.
-  expected<std::optional<std::string_view>> next() {
+  expected<std::optional<source_line>> next() {
     for (;;) {
       const char* begin = buffer_.data() + pos_;
       const char* nl = static_cast<const char*>(std::memchr(begin, '\n', end_ - pos_));
       if (nl != nullptr) {
         pos_ = static_cast<size_t>(nl - buffer_.data()) + 1;
-        return std::optional<std::string_view>(trim_cr({begin, static_cast<size_t>(nl - begin)}));
+        const std::string_view text = trim_cr({begin, static_cast<size_t>(nl - begin)});
+        if (skipping_ || text.size() > max_line_bytes) {
+          skipping_ = false;
+          return std::optional<source_line>(source_line{{}, true});
+        }
+        return std::optional<source_line>(source_line{text, false});
+      }
+      // No newline in what is buffered: a line longer than the cap (with
+      // room for a '\r') is dropped as it is read.
+      if (skipping_ || end_ - pos_ > max_line_bytes + 1) {
+        skipping_ = true;
+        pos_ = end_;
       }
       if (eof_) {
-        if (pos_ == end_) return std::optional<std::string_view>();
+        if (pos_ == end_) {
+          if (!skipping_) return std::optional<source_line>();
+          skipping_ = false;
+          return std::optional<source_line>(source_line{{}, true});
+        }
         std::string_view last(begin, end_ - pos_);
         pos_ = end_;
-        return std::optional<std::string_view>(trim_cr(last));
+        return std::optional<source_line>(source_line{trim_cr(last), false});
       }
       STRATA_TRY(refill());
     }
   }
   const std::string& path() const { return path_; }
+  size_t buffer_capacity() const { return buffer_.capacity(); }
 
  private:
   static std::string_view trim_cr(std::string_view line) {
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     return line;
   }
-  // Moves the partial line to the front and reads more; grows the buffer
-  // for a line longer than it.
+  // Moves the partial line (at most max_line_bytes + 1) to the front and
+  // reads more behind it; grows the buffer, up to buffer_limit, when the
+  // partial line fills it.
   status refill() {
     const size_t partial = end_ - pos_;
     std::memmove(buffer_.data(), buffer_.data() + pos_, partial);
     pos_ = 0;
     end_ = partial;
-    if (end_ == buffer_.size()) buffer_.resize(buffer_.size() * 2);
+    if (end_ == buffer_.size()) {
+      const size_t grown = std::min(buffer_.size() * 2, buffer_limit);
+      buffer_.reserve(grown);  // exactly: resize alone may double the capacity
+      buffer_.resize(grown);
+    }
     const size_t got = std::fread(buffer_.data() + end_, 1, buffer_.size() - end_, file_);
     if (got == 0) {
       if (std::ferror(file_)) return error(errc::io_error, "cannot read data file " + path_);
@@ -81,6 +119,7 @@ class line_source {
   std::vector<char> buffer_;
   size_t pos_ = 0, end_ = 0;
   bool eof_ = false;
+  bool skipping_ = false;  // inside a line longer than max_line_bytes
 };
 
 // Splits `line` at `sep` into `fields` (reused, no allocation once warm).
@@ -146,7 +185,11 @@ class line_reader : public reader {
       if (!line->has_value())
         return error(errc::corrupt_data, "no header line in " + source_.path());
       ++lines_read_;
-      if (!(*line)->empty()) return parse_header(**line);
+      if ((*line)->too_long)
+        return error(errc::corrupt_data, source_.path() + ":" + std::to_string(lines_read_) +
+                                             ": header line longer than " +
+                                             std::to_string(max_line_bytes) + " bytes");
+      if (!(*line)->text.empty()) return parse_header((*line)->text);
     }
   }
 
@@ -159,12 +202,16 @@ class line_reader : public reader {
       if (!line) return line.err();
       if (!line->has_value()) return std::optional<example>();
       ++lines_read_;
-      const std::string_view text = **line;
-      if (text.empty()) continue;
+      const std::string_view text = (*line)->text;
+      if (text.empty() && !(*line)->too_long) continue;
       const uint64_t index = data_lines_++;
       if (index % config_.shard_count != config_.shard_index) continue;
       out.features.clear();
-      if (const char* reason = parse(text, out); reason != nullptr) {
+      const char* reason = (*line)->too_long ? too_long_reason_.c_str() : parse(text, out);
+      if (reason != nullptr) {
+        // A bad line before the window belongs to the window that reads it
+        // (a held-out reader skips the training window): counted there.
+        if (skipped_ < config_.skip) continue;
         bad_lines_.push_back({source_.path(), lines_read_, reason});
         if (bad_lines_.size() > config_.max_bad_lines) {
           failure_ =
@@ -187,6 +234,7 @@ class line_reader : public reader {
 
   const std::vector<bad_line>& bad_lines() const override { return bad_lines_; }
   uint64_t lines_read() const override { return lines_read_; }
+  size_t buffer_bytes() const override { return source_.buffer_capacity(); }
 
  protected:
   virtual status open_format() { return {}; }
@@ -202,6 +250,8 @@ class line_reader : public reader {
  private:
   std::vector<bad_line> bad_lines_;
   std::optional<error> failure_;
+  const std::string too_long_reason_ =
+      "line longer than " + std::to_string(max_line_bytes) + " bytes (skipped)";
   uint64_t lines_read_ = 0, data_lines_ = 0, skipped_ = 0, delivered_ = 0;
 };
 

@@ -12,9 +12,11 @@
 // Every categorical value becomes a key of its slot (features.hpp); a
 // missing value gets no key; integer features are bucketized (log2) into keys
 // of their own slots. A bad line (wrong column count, unparsable number or
-// label) is skipped, counted and reported with file and line number; more
-// than max_bad_lines bad lines turn into an error. A reader owns its file
-// handle; one thread at a time.
+// label, a line longer than max_line_bytes) is skipped, counted and reported
+// with file and line number; more than max_bad_lines bad lines turn into an
+// error. A bad line before a reader's window (`skip`) is not counted there:
+// the window it lies in counts it. The data file must be a regular file (a
+// device such as /dev/zero never ends). A reader owns its file handle; one thread at a time.
 #pragma once
 
 #include <cstdint>
@@ -28,6 +30,10 @@
 #include "model/example.hpp"
 
 namespace strata::model {
+
+// The longest line a reader takes (without its line end); a longer one is
+// skipped as a bad line, so a file without newlines costs bounded memory.
+inline constexpr size_t max_line_bytes = size_t{4} << 20;  // 4 MiB
 
 enum class data_format : uint8_t { criteo_tsv, csv, libffm };
 
@@ -69,6 +75,8 @@ class reader {
   expected<batch> next_batch(size_t n);
   virtual const std::vector<bad_line>& bad_lines() const = 0;
   virtual uint64_t lines_read() const = 0;  // position, for checkpoints
+  // Bytes the reader's line buffer holds (bounded by max_line_bytes).
+  virtual size_t buffer_bytes() const = 0;
 };
 
 }  // namespace strata::model

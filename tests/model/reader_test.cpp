@@ -379,5 +379,94 @@ TEST(Reader, LongLinesAcrossChunks) {
   EXPECT_EQ(examples[2].features.size(), 1u);
 }
 
+TEST(Reader, LineWithoutNewlineCostsBoundedMemory) {
+  // 10 MB with no newline between two good lines: the long line is one bad
+  // line (named by its number), the reader moves on, and its buffer never
+  // holds more than a capped line and a chunk.
+  strata::testing::temp_dir dir;
+  const std::string good = "0 1:2:0.5\n";
+  write_file(dir.path() / "endless.ffm", good + std::string(10'000'000, 'x') + "\n" + good);
+  reader_config c;
+  c.format = data_format::libffm;
+  c.path = dir.path() / "endless.ffm";
+  auto r = reader::open(c);
+  ASSERT_TRUE(r) << r.err().to_string();
+  size_t count = 0;
+  for (;;) {
+    auto e = (*r)->next();
+    ASSERT_TRUE(e) << e.err().to_string();
+    if (!e->has_value()) break;
+    ++count;
+    EXPECT_LE((*r)->buffer_bytes(), max_line_bytes + (size_t{2} << 20));
+  }
+  EXPECT_EQ(count, 2u);
+  EXPECT_LE((*r)->buffer_bytes(), max_line_bytes + (size_t{2} << 20));
+  ASSERT_EQ((*r)->bad_lines().size(), 1u);
+  EXPECT_EQ((*r)->bad_lines()[0].line, 2u);
+  EXPECT_NE((*r)->bad_lines()[0].reason.find("longer than"), std::string::npos);
+
+  // The same line last in the file, with no newline at all.
+  write_file(dir.path() / "tail.ffm", good + std::string(10'000'000, 'x'));
+  c.path = dir.path() / "tail.ffm";
+  auto t = reader::open(c);
+  ASSERT_TRUE(t);
+  auto batch = (*t)->next_batch(10);
+  ASSERT_TRUE(batch) << batch.err().to_string();
+  EXPECT_EQ(batch->examples.size(), 1u);
+  EXPECT_EQ((*t)->bad_lines().size(), 1u);
+  EXPECT_LE((*t)->buffer_bytes(), max_line_bytes + (size_t{2} << 20));
+}
+
+TEST(Reader, DeviceFileIsRefusedByName) {
+  // /dev/zero has no lines and no end: opening it as data is an error
+  // naming the path and its kind, not an endless read.
+  reader_config c = criteo_config();
+  c.path = "/dev/zero";
+  auto r = reader::open(c);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.err().code(), errc::invalid_argument);
+  EXPECT_NE(r.err().message().find("/dev/zero is a character device, not a regular file"),
+            std::string::npos)
+      << r.err().message();
+  // A symlink to it is the device too; a directory is refused as well.
+  strata::testing::temp_dir dir;
+  std::filesystem::create_symlink("/dev/zero", dir.path() / "data.tsv");
+  c.path = dir.path() / "data.tsv";
+  auto linked = reader::open(c);
+  ASSERT_FALSE(linked);
+  EXPECT_NE(linked.err().message().find("character device"), std::string::npos);
+  c.path = dir.path();
+  auto directory = reader::open(c);
+  ASSERT_FALSE(directory);
+  EXPECT_NE(directory.err().message().find("is a directory"), std::string::npos);
+}
+
+TEST(Reader, BadLinesAreCountedInTheWindowTheyLieIn) {
+  // Lines 3 and 9 are bad; a training window of the first 5 examples and a
+  // held-out window after it: each counts only its own bad line.
+  strata::testing::temp_dir dir;
+  std::string text;
+  for (int i = 1; i <= 12; ++i) text += (i == 3 || i == 9) ? "2 1:1:1\n" : "1 1:" + std::to_string(i) + ":1\n";
+  write_file(dir.path() / "d.ffm", text);
+  reader_config train;
+  train.format = data_format::libffm;
+  train.path = dir.path() / "d.ffm";
+  train.limit = 5;
+  reader_config heldout = train;
+  heldout.limit = 0;
+  heldout.skip = 5;
+  auto t = reader::open(train);
+  auto h = reader::open(heldout);
+  ASSERT_TRUE(t && h);
+  ASSERT_TRUE((*t)->next_batch(100));
+  auto held = (*h)->next_batch(100);
+  ASSERT_TRUE(held);
+  EXPECT_EQ(held->examples.size(), 5u);
+  ASSERT_EQ((*t)->bad_lines().size(), 1u);
+  EXPECT_EQ((*t)->bad_lines()[0].line, 3u);
+  ASSERT_EQ((*h)->bad_lines().size(), 1u);
+  EXPECT_EQ((*h)->bad_lines()[0].line, 9u);
+}
+
 }  // namespace
 }  // namespace strata::model
