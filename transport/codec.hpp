@@ -8,8 +8,10 @@
 // arithmetic values is one memcpy (no per-key work or allocation). Atoms
 // are not encoded (the frame type says the operation).
 //
-// The decoder never trusts its input: a count larger than the bytes left,
-// a bool other than 0/1 or trailing bytes are errors naming the offset.
+// The decoder never trusts its input: a count larger than the bytes left
+// can hold (at each element's smallest encoding, so a crafted count never
+// allocates more than the payload could fill), a bool other than 0/1 or
+// trailing bytes are errors naming the offset.
 //
 // Thread-safety: the writer and reader are single-use values.
 #pragma once
@@ -133,6 +135,18 @@ class wire_reader {
   void fail(std::string what) {
     if (error_.empty()) error_ = std::move(what);
   }
+  // The fewest bytes a V encodes to: a default V (its strings and vectors
+  // empty, each then its 8-byte count), at least 1.
+  template <class V>
+  static size_t min_encoded_bytes() {
+    static const size_t bytes = [] {
+      basic_wire_writer<true> sizer(nullptr);
+      const V empty{};
+      sizer(empty);
+      return sizer.size() == 0 ? size_t{1} : sizer.size();
+    }();
+    return bytes;
+  }
   // A count whose elements take at least `min_bytes` each must fit.
   bool take_count(uint64_t& n, size_t min_bytes) {
     if (!take(&n, sizeof n)) return false;
@@ -170,7 +184,10 @@ class wire_reader {
         x.resize(n);
         take(x.data(), n * sizeof(V));
       } else {
-        if (!take_count(n, 1)) return;
+        // Bound the count by what the bytes left can hold at the element's
+        // smallest encoding, before resize allocates n * sizeof(V): a
+        // crafted count must not reserve many times the payload.
+        if (!take_count(n, min_encoded_bytes<V>())) return;
         x.resize(n);
         for (auto& e : x) apply(e);
       }
