@@ -122,6 +122,75 @@ row_layout layout_of(const checkpoint_meta& meta) {
   return row_layout{meta.dim, meta.optimizer, meta.with_state};
 }
 
+// When `dir` has a FILES list naming `rel`, checks that file's size and
+// CRC32C against it (cheap: used for the small metadata file). No list, or
+// `rel` not in it: nothing to check here (verify_checkpoint refuses those).
+expected<void> check_listed_file(const fs::path& dir, const std::string& rel) {
+  std::ifstream list(dir / file_manifest_name);
+  if (!list) return {};
+  std::string line;
+  while (std::getline(list, line)) {
+    unsigned crc = 0;
+    unsigned long long bytes = 0;
+    int used = 0;
+    if (std::sscanf(line.c_str(), "%x %llu %n", &crc, &bytes, &used) != 2 || used <= 0) continue;
+    if (line.compare(static_cast<size_t>(used), std::string::npos, rel) != 0) continue;
+    const fs::path file = dir / rel;
+    uint64_t found = 0;
+    auto actual = file_crc32c(file, &found);
+    if (!actual) return actual.err();
+    if (found != bytes)
+      return error(errc::corrupt_data, "checkpoint file '" + file.string() + "' has " +
+                                           std::to_string(found) + " bytes, the list says " +
+                                           std::to_string(bytes));
+    if (*actual != crc)
+      return error(errc::corrupt_data,
+                   "checkpoint file '" + file.string() + "': checksum mismatch");
+    return {};
+  }
+  return {};
+}
+
+// The durable incarnation record in a checkpoint root: the highest
+// incarnation any restore from a checkpoint under it handed out. `node`
+// (multi-node) keeps one record per node: every node restores the same
+// checkpoints, so their records agree, and no node reads a record another
+// node is writing at the same moment.
+fs::path incarnation_file(const fs::path& root, const std::string& node) {
+  return root / (node.empty() ? std::string(incarnation_record_name)
+                              : std::string(incarnation_record_name) + "." + node);
+}
+
+expected<uint16_t> read_incarnation_record(const fs::path& file) {
+  std::error_code ec;
+  if (!fs::exists(file, ec)) return uint16_t{0};
+  std::ifstream in(file);
+  std::string head;
+  unsigned value = 0;
+  if (!in || !(in >> head >> value) || head != "strata-incarnation" || value > 0xffff)
+    return error(errc::corrupt_data,
+                 file.string() + ": not an incarnation record (\"strata-incarnation N\")");
+  return static_cast<uint16_t>(value);
+}
+
+// Writes the record atomically (temporary file, fsync, rename, fsync of
+// the directory): once this returns, a later restore never hands out
+// `incarnation` again.
+expected<void> write_incarnation_record(const fs::path& file, uint16_t incarnation) {
+  std::error_code ec;
+  fs::create_directories(file.parent_path(), ec);
+  if (ec)
+    return error(errc::io_error, file.parent_path().string() + ": cannot create: " + ec.message());
+  const fs::path tmp = file.string() + ".tmp";
+  const std::string text = "strata-incarnation " + std::to_string(incarnation) + "\n";
+  auto written = write_file_synced(tmp, text.data(), text.size());
+  if (!written) return written;
+  fs::rename(tmp, file, ec);
+  if (ec) return error(errc::io_error, tmp.string() + ": cannot rename to " + file.string() + ": " +
+                                           ec.message());
+  return fsync_file(file.parent_path(), true);
+}
+
 }  // namespace
 
 std::string checkpoint_name(uint64_t epoch) {
@@ -183,6 +252,10 @@ expected<void> write_checkpoint_meta(const fs::path& dir, const checkpoint_meta&
 
 expected<checkpoint_meta> read_checkpoint_meta(const fs::path& dir) {
   const fs::path file = dir / checkpoint_meta_name;
+  // A damaged CHECKPOINT is a checksum mismatch here as in verify, not a
+  // parse error on whatever bytes the damage left.
+  auto listed = check_listed_file(dir, checkpoint_meta_name);
+  if (!listed) return listed.err();
   std::ifstream in(file);
   if (!in) return error(errc::not_found, file.string() + ": missing (not a checkpoint directory)");
   checkpoint_meta m;
@@ -310,7 +383,7 @@ expected<void> prune_checkpoints(const fs::path& root, uint32_t keep) {
   std::vector<size_t> complete;
   for (size_t i = 0; i < all.size(); ++i)
     if (is_complete(all[i].second)) complete.push_back(i);
-  if (complete.empty()) return {};
+  if (complete.empty()) return fsync_file(root, true);
   const uint64_t newest = all[complete.back()].first;
   size_t kept = 0;
   for (size_t i = all.size(); i-- > 0;) {
@@ -328,7 +401,8 @@ expected<void> prune_checkpoints(const fs::path& root, uint32_t keep) {
     if (ec)
       return error(errc::io_error, all[i].second.string() + ": cannot remove: " + ec.message());
   }
-  return {};
+  // The root's entries (the new ckpt-N, the removals) survive a power loss.
+  return fsync_file(root, true);
 }
 
 expected<void> check_compatible(const checkpoint_meta& m, const fs::path& dir,
@@ -406,8 +480,30 @@ expected<verify_report> verify_checkpoint(const fs::path& dir, const table_confi
   return report;
 }
 
+expected<uint16_t> claim_incarnation(const fs::path& dir, const checkpoint_meta& meta,
+                                     const fs::path& also, const std::string& node) {
+  std::vector<fs::path> records = {incarnation_file(dir.parent_path(), node)};
+  if (!also.empty() && also != dir.parent_path()) records.push_back(incarnation_file(also, node));
+  uint16_t highest = meta.incarnation;
+  for (const auto& file : records) {
+    auto recorded = read_incarnation_record(file);
+    if (!recorded) return recorded.err();
+    highest = std::max(highest, *recorded);
+  }
+  if (highest == 0xffff)
+    return error(errc::capacity_exceeded, (dir / checkpoint_meta_name).string() +
+                                              ": incarnation 65535 reached; versions would wrap");
+  const auto incarnation = static_cast<uint16_t>(highest + 1);
+  for (const auto& file : records) {
+    auto written = write_incarnation_record(file, incarnation);
+    if (!written) return written.err();
+  }
+  return incarnation;
+}
+
 expected<checkpoint_meta> restore_checkpoint(const fs::path& dir, cluster_config& config,
-                                             const std::vector<bool>& hosted) {
+                                             const std::vector<bool>& hosted,
+                                             const std::string& node) {
   auto here = [&hosted](uint32_t s) { return hosted.empty() || hosted[s]; };
   auto verified = verify_checkpoint(dir, &config.table, config.partitions);
   if (!verified) return verified.err();
@@ -418,11 +514,12 @@ expected<checkpoint_meta> restore_checkpoint(const fs::path& dir, cluster_config
                      ": positions: " + std::to_string(meta.positions.size()) +
                      " workers, the cluster has " + std::to_string(config.workers.size()) +
                      " (each worker's data position is restored; keep the worker count)");
-  if (meta.incarnation == 0xffff)
-    return error(errc::capacity_exceeded, (dir / checkpoint_meta_name).string() +
-                                              ": incarnation 65535 reached; versions would wrap");
   const row_layout layout = config.table.layout;
-  const uint16_t incarnation = static_cast<uint16_t>(meta.incarnation + 1);
+  // Durable before any row or version of the new incarnation exists.
+  auto claimed = claim_incarnation(
+      dir, meta, config.checkpoint.enabled() ? config.checkpoint.directory : fs::path{}, node);
+  if (!claimed) return claimed.err();
+  const uint16_t incarnation = *claimed;
   const auto new_shards = static_cast<uint32_t>(config.shards.size());
   const partition_map map(config.partitions, new_shards);
 
@@ -518,6 +615,7 @@ expected<checkpoint_meta> restore_checkpoint(const fs::path& dir, cluster_config
   auto dense = read_whole(dir / checkpoint_dense_name);
   if (!dense) return dense.err();
   config.restored_dense = std::move(*dense);
+  config.restored_dense_from = (dir / checkpoint_dense_name).string();
   for (size_t w = 0; w < config.workers.size(); ++w)
     config.workers[w].skip_batches = meta.positions[w];
   config.incarnation = incarnation;

@@ -39,6 +39,8 @@ inline constexpr uint32_t checkpoint_format_version = 1;
 inline constexpr const char* checkpoint_meta_name = "CHECKPOINT";
 inline constexpr const char* checkpoint_dense_name = "dense.bin";
 inline constexpr const char* checkpoint_shard_state_name = "shard.state";
+// In a checkpoint root: the highest incarnation a restore handed out.
+inline constexpr const char* incarnation_record_name = "INCARNATION";
 
 struct checkpoint_meta {
   uint32_t format = checkpoint_format_version;
@@ -68,7 +70,8 @@ std::string checkpoint_name(uint64_t epoch);
 std::filesystem::path shard_checkpoint_dir(const std::filesystem::path& checkpoint, uint32_t shard);
 
 expected<void> write_checkpoint_meta(const std::filesystem::path& dir, const checkpoint_meta& meta);
-// Errors name the CHECKPOINT file and the line.
+// Errors name the CHECKPOINT file and the line; a CHECKPOINT that does not
+// match its FILES entry is a checksum mismatch (as in verify_checkpoint).
 expected<checkpoint_meta> read_checkpoint_meta(const std::filesystem::path& dir);
 
 // Writes `bytes` to `file` and fsyncs it; errors name the file.
@@ -84,7 +87,8 @@ std::optional<std::filesystem::path> latest_checkpoint(const std::filesystem::pa
 // not (0 if none): a new checkpoint never reuses an interrupted one's name.
 uint64_t highest_checkpoint_epoch(const std::filesystem::path& root);
 // Keeps the newest `keep` complete checkpoints; removes older complete
-// ones and incomplete ones older than the newest complete one.
+// ones and incomplete ones older than the newest complete one; then fsyncs
+// `root`, so a new ckpt-N's entry and the removals are durable.
 expected<void> prune_checkpoints(const std::filesystem::path& root, uint32_t keep);
 
 // Refuses a checkpoint whose table layout or partition count differs from
@@ -119,8 +123,16 @@ expected<verify_report> verify_checkpoint(const std::filesystem::path& dir,
 // the checkpoint's metadata. `hosted` (multi-node: the shards this node
 // hosts; empty: all) limits which environments are written; every node
 // restores its own, the rest of `config` is filled the same everywhere.
+//
+// The new incarnation is max(the checkpoint's, every earlier restore's) + 1:
+// before anything else is written it is recorded durably in an INCARNATION
+// file in the checkpoint's root (and in config.checkpoint.directory), so
+// restoring the same checkpoint again (resume, crash, resume) never hands
+// out an incarnation, and so versions, that an earlier run already used.
+// `node` (multi-node) names this node's record.
 expected<checkpoint_meta> restore_checkpoint(const std::filesystem::path& dir,
                                              cluster_config& config,
-                                             const std::vector<bool>& hosted = {});
+                                             const std::vector<bool>& hosted = {},
+                                             const std::string& node = {});
 
 }  // namespace strata::actors

@@ -144,6 +144,7 @@ struct cluster_config {
   uint16_t incarnation = 0;             // rows created get (incarnation, 0) versions
   uint64_t first_epoch = 1;             // epoch of the next checkpoint
   std::vector<uint8_t> restored_dense;  // the dense actor's record (empty: initial weights)
+  std::string restored_dense_from;      // its file (errors name it)
   uint64_t restored_passes = 0;
   uint64_t restored_batches = 0;
   uint64_t restored_examples = 0;

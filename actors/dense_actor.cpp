@@ -29,8 +29,20 @@ optimizer_config dense_optimizer(const dense_config& config) {
   return optimizer;
 }
 
-dense_actor spawn_dense(caf::actor_system& system, const dense_config& config,
-                        std::vector<float> initial, std::vector<uint8_t> restored) {
+size_t dense_record_bytes(size_t weights) {
+  return row_layout{static_cast<uint32_t>(weights), optimizer_kind::adam, true}.record_bytes();
+}
+
+expected<dense_actor> spawn_dense(caf::actor_system& system, const dense_config& config,
+                                  std::vector<float> initial, std::vector<uint8_t> restored,
+                                  const std::string& restored_from) {
+  if (!restored.empty() && restored.size() != dense_record_bytes(initial.size()))
+    return error(errc::format_mismatch,
+                 (restored_from.empty() ? std::string("restored dense record") : restored_from) +
+                     ": " + std::to_string(restored.size()) + " bytes, the model's " +
+                     std::to_string(initial.size()) + " dense weights need a record of " +
+                     std::to_string(dense_record_bytes(initial.size())) +
+                     " bytes (a checkpoint of another model, or a damaged dense record)");
   auto behavior = [](dense_actor::stateful_pointer<dense_state> self, dense_config cfg,
                      std::vector<float> weights,
                      std::vector<uint8_t> restored) -> dense_actor::behavior_type {
@@ -38,7 +50,7 @@ dense_actor spawn_dense(caf::actor_system& system, const dense_config& config,
     st.layout = row_layout{static_cast<uint32_t>(weights.size()), optimizer_kind::adam, true};
     st.optimizer = dense_optimizer(cfg);
     st.record.assign(st.layout.record_bytes(), std::byte{0});
-    if (restored.size() == st.record.size()) {
+    if (!restored.empty()) {  // its size was checked before the spawn
       std::memcpy(st.record.data(), restored.data(), restored.size());
     } else {
       std::copy(weights.begin(), weights.end(), weights_of(st.record.data()));
@@ -74,7 +86,7 @@ dense_actor spawn_dense(caf::actor_system& system, const dense_config& config,
         },
     };
   };
-  return system.spawn(behavior, config, std::move(initial), std::move(restored));
+  return dense_actor{system.spawn(behavior, config, std::move(initial), std::move(restored))};
 }
 
 }  // namespace strata::actors

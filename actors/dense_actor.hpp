@@ -12,20 +12,30 @@
 
 #include <caf/fwd.hpp>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "actors/config.hpp"
 #include "actors/protocol.hpp"
+#include "common/error.hpp"
 
 namespace strata::actors {
 
 // Spawns a dense actor starting from `initial` weights (e.g.
 // ctr_model::initial_dense()). A push whose size differs from the weights'
 // is answered with an error (invalid_argument) and changes nothing.
-// `restored`: a record from a checkpoint (checkpoint_atom's answer); used
-// instead of `initial` when its size matches the layout.
-dense_actor spawn_dense(caf::actor_system& system, const dense_config& config,
-                        std::vector<float> initial, std::vector<uint8_t> restored = {});
+// `restored`: a record from a checkpoint (checkpoint_atom's answer), used
+// instead of `initial`. A restored record whose size is not the layout's
+// (a checkpoint of another model, a damaged dense.bin) is refused with an
+// error naming `restored_from` and both sizes, never silently replaced by
+// the initial weights.
+expected<dense_actor> spawn_dense(caf::actor_system& system, const dense_config& config,
+                                  std::vector<float> initial, std::vector<uint8_t> restored = {},
+                                  const std::string& restored_from = {});
+
+// Bytes of the dense record for `weights` dense weights (weights, Adam m,
+// v, step): the size of a checkpoint's dense.bin.
+size_t dense_record_bytes(size_t weights);
 
 // The optimizer configuration the dense actor runs (Adam, no L2).
 optimizer_config dense_optimizer(const dense_config& config);

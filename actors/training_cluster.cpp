@@ -95,10 +95,12 @@ expected<training_cluster> spawn_training_cluster(caf::actor_system& system,
     cluster.dense = *placement.remote_dense;
     cluster.dense_here = false;
   } else {
-    cluster.dense = spawn_dense(
+    auto dense = spawn_dense(
         system, config.dense,
         seams.initial_dense ? *seams.initial_dense : model::ctr_model(config.model).initial_dense(),
-        config.restored_dense);
+        config.restored_dense, config.restored_dense_from);
+    if (!dense) return stop_on_error(dense.err());
+    cluster.dense = *dense;
   }
   const row_layout& layout = config.table.layout;
   for (uint32_t w = 0; w < config.workers.size(); ++w) {

@@ -190,7 +190,7 @@ int run_node(const std::string& path, const std::string& node, const std::string
     const fs::path* dir = &candidates[i];
     const auto start = std::chrono::steady_clock::now();
     actors::cluster_config restored = m.cluster;
-    auto meta = actors::restore_checkpoint(*dir, restored, hosted);
+    auto meta = actors::restore_checkpoint(*dir, restored, hosted, member ? member->name() : "");
     if (!meta) {
       const bool damaged =
           meta.err().code() == errc::corrupt_data || meta.err().code() == errc::not_found;

@@ -39,7 +39,7 @@ TEST(DenseActor, AdamStepsMatchHandComputation) {
   cfg.beta2 = 0.999f;
   cfg.epsilon = 1e-8f;
   const std::vector<float> w0{1.0f, -2.0f, 0.5f};
-  auto dense = spawn_dense(ds.system(), cfg, w0);
+  auto dense = *spawn_dense(ds.system(), cfg, w0);
 
   const std::vector<float> g1{0.5f, -1.0f, 2.0f};
   const std::vector<float> g2{1.0f, 1.0f, -0.25f};

@@ -464,7 +464,7 @@ int run(const options& o) {
     transport.export_shard(index, *shard);
   }
   if (o.dense) {
-    c.dense = spawn_dense(system, dense_config{}, std::vector<float>(4, 0.f));
+    c.dense = *spawn_dense(system, dense_config{}, std::vector<float>(4, 0.f));
     transport.export_dense(100, c.dense);
   }
   if (o.echo) transport.export_echo(200);
