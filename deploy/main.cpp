@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "common/io_env.hpp"
 #include "deploy/commands.hpp"
 #include "deploy/version.hpp"
 
@@ -22,6 +23,12 @@ int main(int argc, char** argv) {
   // manager reuses the address. Set before any thread starts (setenv is not
   // safe beside readers), and only if the user chose nothing.
   ::setenv("UCX_TCP_CM_REUSEADDR", "y", /*overwrite=*/0);
+  // Fault injection (common/io_env.hpp): tests fail storage operations of a
+  // real process; a malformed value stops here, before anything runs.
+  if (auto s = strata::install_io_env_from_environment(); !s) {
+    std::fprintf(stderr, "strata: %s\n", s.err().to_string().c_str());
+    return 2;
+  }
   CLI::App app{
       "strata: a hierarchical (HBM -> DRAM -> SSD) parameter server for sparse embeddings"};
   app.require_subcommand(1);

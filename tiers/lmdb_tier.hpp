@@ -56,6 +56,7 @@ struct lmdb_tier_stats {
   uint64_t rows_written = 0;
   uint64_t transactions = 0;
   uint64_t tombstones_written = 0;
+  uint64_t stale_rows_skipped = 0;  // rows not stored: the stored copy was newer
 };
 
 class lmdb_tier final : public row_store {

@@ -124,7 +124,7 @@ status lmdb_tier::impl::cover_last_page() {
 }
 
 status lmdb_tier::copy_compacted(const std::filesystem::path& destination) {
-  const int rc = mdb_env_copy2(impl_->env->env, destination.c_str(), MDB_CP_COMPACT);
+  const int rc = copy_env(impl_->env->env, destination);
   if (rc != 0)
     return lmdb_error(rc, "cannot copy " + impl_->where + " to " + destination.string(),
                       impl_->path());

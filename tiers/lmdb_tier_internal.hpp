@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "common/hash.hpp"
+#include "common/io_env.hpp"
 #include "tiers/lmdb_tier.hpp"
 
 namespace strata {
@@ -75,10 +76,40 @@ inline bool is_tombstone(const MDB_val& v) {
   return v.mv_size >= 4 && (static_cast<const unsigned char*>(v.mv_data)[3] & 1) != 0;
 }
 
+// The stored value's version (row.hpp: bytes 8..15, little-endian), read
+// without decoding; the keep-newer check of a write.
+inline uint64_t stored_version(const MDB_val& v) {
+  if (v.mv_size < 16) return 0;
+  const auto* b = static_cast<const unsigned char*>(v.mv_data) + 8;
+  uint64_t out = 0;
+  for (int i = 7; i >= 0; --i) out = (out << 8) | b[i];
+  return out;
+}
+
 inline std::string quoted(const std::filesystem::path& p) { return p.string(); }
 
 // `what` names the table or the path; the path is added when it does not.
 error lmdb_error(int rc, const std::string& what, const std::filesystem::path& path);
+
+// The environment's storage operations through the fault-injection seam
+// (common/io_env.hpp): an injected failure aborts the transaction as a
+// failed commit would. Each returns 0 or an LMDB/errno code.
+inline int commit_txn(MDB_txn* txn, const std::filesystem::path& path) {
+  if (const int e = io().fault(io_op::lmdb_commit, path.native())) {
+    mdb_txn_abort(txn);
+    return e;
+  }
+  return mdb_txn_commit(txn);
+}
+inline int sync_env(MDB_env* env, const std::filesystem::path& path) {
+  if (const int e = io().fault(io_op::lmdb_sync, path.native())) return e;
+  return mdb_env_sync(env, 1);
+}
+// The copy's path is its destination (a checkpoint's shard directory).
+inline int copy_env(MDB_env* env, const std::filesystem::path& destination) {
+  if (const int e = io().fault(io_op::lmdb_copy, destination.native())) return e;
+  return mdb_env_copy2(env, destination.c_str(), MDB_CP_COMPACT);
+}
 
 // Refuses a data file shorter than the pages its newest meta page records
 // (lmdb_tier_file.cpp). A missing or empty file is fine.

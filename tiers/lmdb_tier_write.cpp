@@ -29,7 +29,7 @@ status lmdb_tier::impl::write_sorted(write_kind kind, const_rows_span rows,
       kind == write_kind::rows ? layout.encoded_bytes() : encoded_header_bytes;
   value.resize(layout.encoded_bytes());
   int64_t live_delta = 0;
-  uint64_t written = 0;
+  uint64_t written = 0, stale = 0;
   for (const sort_entry& e : order) {
     lmdb_key k = make_key(e.partition, e.key);
     MDB_val kv = k.val();
@@ -54,6 +54,16 @@ status lmdb_tier::impl::write_sorted(write_kind kind, const_rows_span rows,
       rc = mdb_cursor_put(cursor, &kv, &dv, MDB_NOOVERWRITE);
       if (rc == MDB_KEYEXIST) {
         const bool old_live = !is_tombstone(dv);
+        // Keep-newer: a row never replaces a newer stored row (a retried
+        // flush batch lands behind later ones; its write-behind copies are
+        // gone). The put above found the stored value: no extra read.
+        // Tombstones (TTL expiry) always delete; a row replaces a tombstone.
+        if (kind == write_kind::rows && old_live &&
+            stored_version(dv) > meta_of(rows[e.index]).version) {
+          ++stale;
+          rc = 0;
+          continue;
+        }
         MDB_val nv{value_bytes, value.data()};
         rc = mdb_cursor_put(cursor, &kv, &nv, MDB_CURRENT);
         live_delta += int64_t{new_live} - int64_t{old_live};
@@ -92,11 +102,12 @@ status lmdb_tier::impl::write_sorted(write_kind kind, const_rows_span rows,
     mdb_txn_abort(txn);
     return {};
   }
-  if ((rc = mdb_txn_commit(txn)) != 0)
+  if ((rc = commit_txn(txn, path())) != 0)
     return lmdb_error(rc, "cannot commit a write to " + where, path());
   live = new_live;
   ++stats.transactions;
   if (kind == write_kind::rows) stats.rows_written += written;
+  stats.stale_rows_skipped += stale;
   if (kind == write_kind::tombstones) stats.tombstones_written += written;
   return cover_last_page();
 }
@@ -135,7 +146,7 @@ status lmdb_tier::erase(std::span<const uint64_t> keys) {
 status lmdb_tier::take_dirty(row_buffer& /*out*/) { return {}; }
 
 status lmdb_tier::sync() {
-  const int rc = mdb_env_sync(impl_->env->env, 1);
+  const int rc = sync_env(impl_->env->env, impl_->path());
   if (rc != 0) return lmdb_error(rc, "cannot sync " + impl_->where, impl_->path());
   return {};
 }
