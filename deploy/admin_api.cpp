@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "actors/foreign_thread.hpp"
+
 namespace strata::deploy {
 namespace {
 
@@ -65,6 +67,7 @@ admin_api::admin_api(admin_config config, caf::actor_system& system,
 // Asks an actor and waits; errors come back as caf::error.
 template <class Reply, class Handle, class... Ts>
 std::pair<std::optional<Reply>, caf::error> admin_api::ask(const Handle& handle, Ts... xs) {
+  actors::foreign_thread_scope foreign;  // an HTTP thread: let go of CAF's logger after
   caf::scoped_actor self{system_};
   std::optional<Reply> out;
   caf::error failure;

@@ -32,6 +32,7 @@
 #include "actors/checkpoint.hpp"
 #include "actors/coordinator_actor.hpp"
 #include "actors/local_cluster.hpp"
+#include "common/stop_request.hpp"
 #include "deploy/admin_server.hpp"
 #include "deploy/cache_backend_choice.hpp"
 #include "deploy/commands.hpp"
@@ -78,6 +79,7 @@ class stop_on_signal {
         }
         std::fprintf(stderr, "\nstrata node: signal %d: stopping gracefully at the next cut\n",
                      sig);
+        stop_requested().store(true);  // ends a scan before training (the data count)
         if (coordinator_) caf::anon_send(*coordinator_, actors::stop_atom::value);
         if (member_) member_->request_stop();
       }
@@ -417,6 +419,7 @@ int run_node(const std::string& path, const std::string& node, const std::string
     else
       print_member_report(m, *member, r);
     printed = true;
+    std::fflush(stdout);  // the report is out before any teardown
     if (metrics && m.metrics.linger_seconds > 0) {
       std::printf("metrics: serving the final values on %s for %u s\n", metrics->url().c_str(),
                   m.metrics.linger_seconds);

@@ -10,6 +10,8 @@
 #include <optional>
 #include <utility>
 
+#include "actors/foreign_thread.hpp"
+
 namespace strata::monitoring {
 
 // The scrape side: asks the watched actors (under the lock, each with a
@@ -101,6 +103,9 @@ class exporter::collector : public prometheus::Collectable {
   // Requires the lock. Keeps the last answer of an actor that does not
   // answer in time.
   void refresh() const {
+    // Declared first, so it runs after the scoped actor is gone: this is a
+    // server thread, which outlives the actor system.
+    actors::foreign_thread_scope foreign;
     caf::scoped_actor self{*system_};
     auto store = [&](actors::tier_stats& stats) {
       auto it = find(stats.kind, stats.index);

@@ -160,5 +160,36 @@ TEST(Scrape, PromtoolAcceptsLiveAndFinalScrapesAndCountersNeverDecrease) {
   EXPECT_EQ(final_series.count("strata_training_heldout_auc{node=\"scrape-node\"}"), 1u);
 }
 
+// Issue 15 item 9: a node scraped while it trains exits once training
+// ends, with its report on stdout (a file here, so a report still buffered
+// at exit would be lost). The scrape threads (the HTTP server's) used to
+// keep CAF's logger alive through a scoped_actor's thread-local reference,
+// and the actor system's destructor waited for it forever.
+TEST(Scrape, AScrapedNodeExitsWithItsReport) {
+  temp_dir dir("strata-scrape-exit");
+  const uint16_t port = free_port();
+  const auto manifest = dir.path() / "manifest.yaml";
+  std::ofstream(manifest) << small_manifest(dir.path(), port, "scraped", 60000, 0, 0.1);
+  child_process strata(STRATA_BINARY, {"launch", manifest.string()}, {},
+                       {dir.path() / "launch.log", dir.path() / "launch.err"});
+  size_t live_scrapes = 0;
+  // Scrape as fast as the node answers until it exits (generous bound: a
+  // hang shows as the deadline).
+  const auto deadline = std::chrono::steady_clock::now() + 90s;
+  while (strata.running() && std::chrono::steady_clock::now() < deadline) {
+    if (auto body = http_get(port, "/metrics");
+        body && body->find("strata_training_active{node=\"scraped\"} 1") != std::string::npos)
+      ++live_scrapes;
+  }
+  auto status = strata.wait_exit(1s);
+  ASSERT_TRUE(status) << "the scraped node did not exit within 90 s of its start ("
+                      << live_scrapes << " scrapes while training):\n"
+                      << strata.output() << strata.err();
+  EXPECT_EQ(*status, 0) << strata.output() << strata.err();
+  EXPECT_GT(live_scrapes, 0u) << "no scrape while training:\n" << strata.output();
+  EXPECT_NE(strata.output().find("== report: cluster monitoring-test"), std::string::npos)
+      << strata.output();
+}
+
 }  // namespace
 }  // namespace strata::monitoring::testing
