@@ -13,16 +13,12 @@
 #include <vector>
 
 #include "actors/coordinator_actor.hpp"
+#include "actors/loss_history.hpp"
 
 namespace strata::actors::coordinator_impl {
 
 // How many of the most recent batches the progress sink's loss averages.
 constexpr size_t recent_loss_batches = 64;
-
-struct batch_loss {
-  uint64_t examples = 0;
-  double loss_sum = 0;
-};
 
 struct coordinator_state {
   static inline const char* name = "strata.coordinator";
@@ -37,7 +33,7 @@ struct coordinator_state {
   std::vector<uint64_t> bad_lines;  // per worker, its running total
   uint64_t pass = 0;
   training_summary summary;
-  std::vector<batch_loss> history;  // per reported batch, in arrival order
+  loss_history history{recent_loss_batches};  // bounded: the tail window and recent reports
   training_progress progress;
   bool failed = false;
 

@@ -17,18 +17,6 @@ namespace strata::actors::coordinator_impl {
 
 namespace {
 
-double tail_loss(const std::vector<batch_loss>& history) {
-  if (history.empty()) return 0;
-  const size_t tail = std::max<size_t>(1, (history.size() + 9) / 10);
-  uint64_t examples = 0;
-  double loss = 0;
-  for (size_t i = history.size() - tail; i < history.size(); ++i) {
-    examples += history[i].examples;
-    loss += history[i].loss_sum;
-  }
-  return examples == 0 ? 0 : loss / static_cast<double>(examples);
-}
-
 void finish(coordinator_pointer self) {
   auto& st = self->state;
   // Pushes are acknowledged (every worker answered); now write the caches
@@ -40,7 +28,7 @@ void finish(coordinator_pointer self) {
             self, self->state.peers.shards,
             [self] {
               auto& s = self->state;
-              s.summary.tail_loss = tail_loss(s.history);
+              s.summary.tail_loss = s.history.tail_loss();
               s.summary.bad_lines = 0;
               for (uint64_t b : s.bad_lines) s.summary.bad_lines += b;
               if (s.run) {
@@ -347,17 +335,10 @@ void start_pass(coordinator_pointer self) {
 
 void on_progress(coordinator_pointer self, const progress_report& report) {
   auto& s = self->state;
-  s.history.push_back({report.examples, report.loss_sum});
+  s.history.add(report.examples, report.loss_sum);
   s.progress.examples += report.examples;
   s.progress.batches += report.batches;
-  const size_t n = std::min(recent_loss_batches, s.history.size());
-  uint64_t examples = 0;
-  double loss = 0;
-  for (size_t i = s.history.size() - n; i < s.history.size(); ++i) {
-    examples += s.history[i].examples;
-    loss += s.history[i].loss_sum;
-  }
-  s.progress.recent_loss = examples == 0 ? 0 : loss / static_cast<double>(examples);
+  s.progress.recent_loss = s.history.recent_loss();
   if (s.sink) s.sink(s.progress);
 }
 
