@@ -76,6 +76,7 @@ shard_actor::behavior_type shard_behavior(shard_pointer self, shard_config confi
   const row_layout layout = st.config.table.layout;
   return {
       [self, layout](pull_atom, const std::vector<uint64_t>& keys) -> caf::result<pull_reply> {
+        if (self->state.fatal) return self->state.fatal;
         auto split = split_keys(self->state, keys);
         if (split.remote.empty()) {
           pull_reply reply;
@@ -115,6 +116,7 @@ shard_actor::behavior_type shard_behavior(shard_pointer self, shard_config confi
         return promise;
       },
       [self, layout](push_atom, const push_request& req) -> caf::result<push_reply> {
+        if (self->state.fatal) return self->state.fatal;
         if (req.grads.size() != req.keys.size() * layout.dim)
           return caf::make_error(caf::sec::runtime_error,
                                  "push of " + std::to_string(req.keys.size()) + " keys carries " +
@@ -156,6 +158,7 @@ shard_actor::behavior_type shard_behavior(shard_pointer self, shard_config confi
         return promise;
       },
       [self, layout](write_back_atom, const row_batch& rows) -> caf::result<ok_atom> {
+        if (self->state.fatal) return self->state.fatal;
         if (!well_formed(rows, layout))
           return caf::make_error(caf::sec::runtime_error, "malformed write-back batch");
         auto split = split_keys(self->state, rows.keys);
@@ -195,6 +198,7 @@ shard_actor::behavior_type shard_behavior(shard_pointer self, shard_config confi
         return promise;
       },
       [self, layout](prefetch_atom, const std::vector<uint64_t>& all_keys) {
+        if (self->state.fatal) return;
         auto split = split_keys(self->state, all_keys);
         for (auto& [other, at] : split.remote)
           self->send(caf::actor_cast<shard_actor>(other), prefetch_atom::value, pick(all_keys, at));
@@ -210,13 +214,14 @@ shard_actor::behavior_type shard_behavior(shard_pointer self, shard_config confi
         maybe_flush(self);
       },
       [self](tick_atom, uint32_t tick) {
+        if (self->state.fatal) return;
         self->state.chain->set_tick(tick);
         auto s = self->state.chain->expire();
         if (!s) caf::aout(self) << "strata: TTL expiry failed: " << s.err().to_string() << "\n";
       },
       [self, layout](drain_atom) -> caf::result<ok_atom> {
+        if (self->state.fatal) return self->state.fatal;
         auto& st = self->state;
-        if (st.flush_error) return st.flush_error;
         // Every dirty DRAM row joins the write-behind queue, then all of it
         // is flushed; the reply comes once LMDB is synced.
         row_buffer dirty(layout);
@@ -233,8 +238,8 @@ shard_actor::behavior_type shard_behavior(shard_pointer self, shard_config confi
       },
       [self, layout](checkpoint_atom, uint64_t epoch,
                      const std::string& dir) -> caf::result<ok_atom> {
+        if (self->state.fatal) return self->state.fatal;
         auto& st = self->state;
-        if (st.flush_error) return st.flush_error;
         if (st.cut)
           return caf::make_error(caf::sec::invalid_argument,
                                  "shard " + std::to_string(st.config.index) +
@@ -265,6 +270,7 @@ shard_actor::behavior_type shard_behavior(shard_pointer self, shard_config confi
         return promise;
       },
       [self](copied_atom, uint64_t epoch) -> caf::result<uint64_t> {
+        if (self->state.fatal) return self->state.fatal;
         auto& st = self->state;
         auto it = st.copies.find(epoch);
         if (it == st.copies.end())
@@ -282,6 +288,7 @@ shard_actor::behavior_type shard_behavior(shard_pointer self, shard_config confi
         return promise;
       },
       [self](migrate_atom, const migration_order& order) -> caf::result<migration_stats> {
+        if (self->state.fatal) return self->state.fatal;
         auto& st = self->state;
         const std::string who = "shard " + std::to_string(st.config.index);
         if (st.out)
@@ -318,6 +325,7 @@ shard_actor::behavior_type shard_behavior(shard_pointer self, shard_config confi
         return promise;
       },
       [self](fence_atom, uint64_t epoch) -> caf::result<migration_stats> {
+        if (self->state.fatal) return self->state.fatal;
         auto& st = self->state;
         const std::string who = "shard " + std::to_string(st.config.index);
         if (!st.out || st.out->order.epoch != epoch)
@@ -371,6 +379,7 @@ shard_actor::behavior_type shard_behavior(shard_pointer self, shard_config confi
         return promise;
       },
       [self, layout](migrate_in_atom, const row_batch& rows) -> caf::result<ok_atom> {
+        if (self->state.fatal) return self->state.fatal;
         auto& st = self->state;
         if (!well_formed(rows, layout))
           return caf::make_error(
@@ -386,6 +395,7 @@ shard_actor::behavior_type shard_behavior(shard_pointer self, shard_config confi
         return ok_atom::value;
       },
       [self](commit_atom, const routing_table& table) -> caf::result<ok_atom> {
+        if (self->state.fatal) return self->state.fatal;
         auto& st = self->state;
         const std::string who = "shard " + std::to_string(st.config.index);
         if (table.owners.size() != st.config.lmdb.partitions ||

@@ -82,13 +82,14 @@ void erase_foreign(shard_pointer self) {
       .then([answer](uint64_t) { answer({}); }, [answer](caf::error& err) { answer(err); });
 }
 
-void send_flush(shard_pointer self, uint64_t seq, bool retry) {
+void send_flush(shard_pointer self, uint64_t seq) {
   auto& st = self->state;
   st.metrics.flush_started[seq] = st.config.clock->now_seconds();
   self->request(st.flusher, caf::infinite, flush_atom::value, seq, st.in_flight.at(seq))
       .then(
           [self](uint64_t done, double write_seconds) {
             auto& s = self->state;
+            if (s.fatal) return;
             auto& m = s.metrics;
             m.flush.observe(s.config.clock->now_seconds() - m.flush_started[done]);
             m.flush_started.erase(done);
@@ -99,25 +100,46 @@ void send_flush(shard_pointer self, uint64_t seq, bool retry) {
             s.chain->flushed(done);
             maybe_flush(self);
           },
-          [self, seq, retry](caf::error& err) {
-            if (!retry) {
-              send_flush(self, seq, true);  // one retry; the rows stay readable meanwhile
-              return;
-            }
-            self->state.flush_error = std::move(err);
-            for (auto& p : self->state.drain_waiters) p.deliver(self->state.flush_error);
-            self->state.drain_waiters.clear();
-            if (self->state.cut) {
-              self->state.cut->promise.deliver(self->state.flush_error);
-              self->state.cut.reset();
-            }
-          });
+          // ssd_flush retried the batch in order; it still failed.
+          [self](caf::error& err) { fail_stop(self, err); });
+}
+
+std::string message_of(const caf::error& err) {
+  const auto& context = err.context();
+  if (context.match_elements<std::string>()) return context.get_as<std::string>(0);
+  return caf::to_string(err);
+}
+
+void fail_stop(shard_pointer self, const caf::error& cause) {
+  auto& st = self->state;
+  if (st.fatal) return;
+  const std::string text = "shard " + std::to_string(st.config.index) + " fail-stopped (LMDB " +
+                           st.config.lmdb.directory.string() + "): " + message_of(cause);
+  st.fatal = caf::make_error(caf::sec::runtime_error, text);
+  caf::aout(self) << "strata: fatal: " << text << "\n";
+  for (auto& p : st.drain_waiters) p.deliver(st.fatal);
+  st.drain_waiters.clear();
+  st.draining = false;
+  if (st.cut) {
+    st.cut->promise.deliver(st.fatal);
+    st.cut.reset();
+  }
+  for (auto& p : st.commit_waiters) p.deliver(st.fatal);
+  st.commit_waiters.clear();
+  st.erase_pending = false;
+  if (st.out && st.out->copy_promise) {
+    st.out->copy_promise->deliver(st.fatal);
+    st.out->copy_promise.reset();
+  }
+  // Nothing more is written: the write-behind stops here and never grows.
+  st.in_flight.clear();
 }
 
 // Sends write-behind batches to ssd_flush: when enough rows are queued (or
 // while draining), and while fewer than max_flushes_in_flight are out.
 void maybe_flush(shard_pointer self) {
   auto& st = self->state;
+  if (st.fatal) return;
   auto& wb = st.chain->write_behind();
   const bool flush_all = st.draining || st.erase_pending;
   while (st.in_flight.size() < st.config.max_flushes_in_flight && wb.queued_rows() > 0 &&
@@ -126,7 +148,7 @@ void maybe_flush(shard_pointer self) {
     uint64_t seq = 0;
     if (!st.chain->take_flush(rows, seq)) break;
     st.in_flight.emplace(seq, to_batch(rows));
-    send_flush(self, seq, false);
+    send_flush(self, seq);
   }
   if (st.draining && st.in_flight.empty() && wb.queued_rows() == 0 && st.cut) take_cut(self);
   if (st.erase_pending && st.in_flight.empty() && wb.queued_rows() == 0) erase_foreign(self);

@@ -90,7 +90,9 @@ struct shard_state {
   std::map<uint64_t, row_batch> in_flight;  // seq -> batch (kept for a retry)
   std::vector<caf::typed_response_promise<ok_atom>> drain_waiters;
   bool draining = false;
-  caf::error flush_error;                      // a flush that failed twice; drain reports it
+  // Set when the shard fail-stopped (a flush failed every attempt): every
+  // later request is answered with it (shard_flush.cpp, fail_stop).
+  caf::error fatal;
   uint64_t max_push_epoch = 0;                 // highest checkpoint epoch a push carried
   std::optional<pending_cut> cut;              // at most one cut at a time
   std::map<uint64_t, checkpoint_copy> copies;  // by epoch
@@ -118,7 +120,14 @@ struct key_split {
 caf::error write_cut_state(shard_state& st, const std::string& dir);
 void take_cut(shard_pointer self);
 void erase_foreign(shard_pointer self);
-void send_flush(shard_pointer self, uint64_t seq, bool retry);
+void send_flush(shard_pointer self, uint64_t seq);
+// Fail-stop (docs/architecture.md, Durability): a write the flusher could
+// not make after its retries leaves a hole the shard must not serve past.
+// The error, naming the shard, its LMDB path and the cause, goes to every
+// waiter now and answers every later request; it is logged at once.
+void fail_stop(shard_pointer self, const caf::error& cause);
+// The text of a strata error carried as caf::error (actors/error.hpp).
+std::string message_of(const caf::error& err);
 // Sends write-behind batches to ssd_flush: when enough rows are queued (or
 // while draining), and while fewer than max_flushes_in_flight are out.
 void maybe_flush(shard_pointer self);

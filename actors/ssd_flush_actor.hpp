@@ -1,8 +1,12 @@
 // The ssd_flush actor: the write side of one shard's LMDB table. Each
 // flush(seq, rows) is written in one sorted write transaction and answered
 // with seq once committed; drain syncs the environment (MDB_NOSYNC writes
-// become durable). A failed write is answered with an error naming the
-// path; the shard keeps the rows and retries.
+// become durable). A failed write is retried here, in order, before the
+// next batch (flush_attempts in all, with a short backoff): a later batch
+// never overtakes a retried one. If every attempt fails the answer is an
+// error naming the path, and the shard fail-stops (shard_flush.cpp). A
+// failed sync is not retried (after a failed fsync the kernel may have
+// dropped the dirty pages: a second fsync can succeed with the data lost).
 #pragma once
 
 #include <caf/fwd.hpp>
@@ -13,6 +17,12 @@
 #include "tiers/lmdb_tier.hpp"
 
 namespace strata::actors {
+
+// Attempts of one flush batch's write, and the pauses between them
+// (10 ms, 100 ms, 500 ms: a transient failure is ridden out, a full disk
+// stops the shard within about 0.6 s).
+inline constexpr int flush_attempts = 4;
+inline constexpr int flush_backoff_ms[flush_attempts - 1] = {10, 100, 500};
 
 // own_thread: run detached (LMDB commits block a thread); off in
 // deterministic tests.

@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "common/io_env.hpp"
+#include "tests/tiers/fault_util.hpp"
 #include "tests/tiers/test_util.hpp"
 #include "tiers/lmdb_tier.hpp"
 
@@ -13,25 +14,10 @@ namespace strata {
 namespace {
 
 using testing::make_records;
+using testing::scoped_faults;
 using testing::temp_dir;
 
 const row_layout layout8{8, optimizer_kind::adagrad, true};
-
-// Installs a fault-injecting environment for one test.
-class scoped_faults {
- public:
-  explicit scoped_faults(std::string_view spec) {
-    auto rules = parse_fault_spec(spec);
-    EXPECT_TRUE(rules) << (rules ? "" : rules.err().to_string());
-    env_ = std::make_unique<faulty_io_env>(rules ? std::move(*rules) : std::vector<fault_rule>{});
-    set_io_env(env_.get());
-  }
-  ~scoped_faults() { set_io_env(nullptr); }
-  const faulty_io_env& env() const { return *env_; }
-
- private:
-  std::unique_ptr<faulty_io_env> env_;
-};
 
 std::unique_ptr<lmdb_tier> open_tier(const std::filesystem::path& dir) {
   lmdb_tier_config config;
