@@ -20,6 +20,12 @@ namespace strata::actors::coordinator_impl {
 // How many of the most recent batches the progress sink's loss averages.
 constexpr size_t recent_loss_batches = 64;
 
+// The shards' TTL clock counts the cluster's trained batches (all workers,
+// across restores: the checkpoint's batch total); it is sent to every shard
+// each time it has moved this many batches (docs/architecture.md,
+// Semantics: Admission and TTL).
+constexpr uint64_t ttl_clock_step = 8;
+
 struct coordinator_state {
   static inline const char* name = "strata.coordinator";
 
@@ -34,6 +40,7 @@ struct coordinator_state {
   uint64_t pass = 0;
   training_summary summary;
   loss_history history{recent_loss_batches};  // bounded: the tail window and recent reports
+  uint64_t ttl_clock_sent = 0;  // the shards' TTL clock as last sent (cluster batches)
   training_progress progress;
   bool failed = false;
 

@@ -339,6 +339,13 @@ void on_progress(coordinator_pointer self, const progress_report& report) {
   s.progress.examples += report.examples;
   s.progress.batches += report.batches;
   s.progress.recent_loss = s.history.recent_loss();
+  // The TTL clock: shards expire rows idle for shards.ttl_ticks batches.
+  const uint64_t clock = s.plan.restored_batches + s.progress.batches;
+  if (clock >= s.ttl_clock_sent + ttl_clock_step) {
+    s.ttl_clock_sent = clock;
+    for (const auto& shard : s.peers.shards)
+      self->send(shard, tick_atom::value, static_cast<uint32_t>(clock));
+  }
   if (s.sink) s.sink(s.progress);
 }
 

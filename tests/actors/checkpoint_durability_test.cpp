@@ -2,17 +2,21 @@
 // the same checkpoint twice (resume, crash, resume) never hands out an
 // incarnation again; a damaged CHECKPOINT is a checksum mismatch on
 // resume as in verify; a dense record of the wrong size is refused, naming
-// dense.bin and both sizes. Real LMDB, run_local_cluster on generated data.
+// dense.bin and both sizes; the shards' TTL clock is driven in a real
+// run and recorded in the checkpoint. Real LMDB, run_local_cluster on generated data.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "actors/checkpoint.hpp"
 #include "actors/dense_actor.hpp"
 #include "actors/local_cluster.hpp"
+#include "actors/worker_actor.hpp"
 #include "model/ctr_model.hpp"
 #include "tests/actors/checkpoint_test_util.hpp"
 #include "tests/tiers/test_util.hpp"
@@ -169,6 +173,72 @@ TEST(CheckpointDurability, ADenseRecordOfTheWrongSizeIsRefused) {
   EXPECT_NE(text.find(std::to_string(recorded)), std::string::npos) << text;
   const size_t wanted = dense_record_bytes(model::ctr_model(other.model).dense_size());
   EXPECT_NE(text.find(std::to_string(wanted)), std::string::npos) << text;
+}
+
+
+// Item 8: shards.ttl_ticks acts in a real training run. The coordinator
+// drives the shards' TTL clock in cluster batches; with one worker the
+// clock after batch b is b. Rows last touched long before the end are
+// expired (gone from the final checkpoint), recent ones stay, and the
+// checkpoint records a non-zero clock.
+TEST(CheckpointDurability, TtlTicksExpireIdleRowsInATrainingRun) {
+  temp_dir dir;
+  const auto data = generate_data(dir.path());
+  constexpr uint64_t batches = 300;
+  constexpr uint32_t ttl = 16;
+  auto c = small_cluster(data, dir.path() / "state", dir.path() / "ckpt", 2, 1, 1);
+  c.checkpoint.interval_batches = 0;
+  c.workers[0].max_batches = batches;
+  c.workers[0].batch_size = 8;  // keys recur rarely enough to go idle
+  for (auto& sc : c.shards) {
+    sc.dram.capacity_bytes = size_t{32} << 20;  // every row stays in DRAM, where TTL acts
+    sc.dram.ttl_ticks = ttl;
+  }
+  auto r = run_local_cluster(c);
+  ASSERT_TRUE(r) << r.err().to_string();
+  ASSERT_FALSE(r->last_checkpoint.empty());
+
+  // The recorded clock: the batches trained, in steps of at most 8.
+  uint32_t clock = 0;
+  for (uint32_t s = 0; s < 2; ++s) {
+    const auto bytes =
+        file_bytes(shard_checkpoint_dir(r->last_checkpoint, s) / checkpoint_shard_state_name);
+    ASSERT_GE(bytes.size(), sizeof clock);
+    uint32_t tick = 0;
+    std::memcpy(&tick, bytes.data(), sizeof tick);
+    EXPECT_GT(tick, 0u) << "shard " << s << ": the TTL clock never moved";
+    EXPECT_LE(tick, batches);
+    EXPECT_GT(tick + 8, batches);
+    clock = std::max(clock, tick);
+  }
+
+  // The batch (1-based) in which each key was last seen.
+  std::map<uint64_t, uint64_t> last_seen;
+  auto source = open_reader_source(c.workers[0]);
+  ASSERT_TRUE(source) << source.err().to_string();
+  for (uint64_t b = 1; b <= batches; ++b) {
+    auto batch = (*source)->next(c.workers[0].batch_size);
+    ASSERT_TRUE(batch && !batch->examples.empty());
+    for (uint64_t k : batch->keys()) last_seen[k] = b;
+  }
+  const auto rows = checkpoint_rows(r->last_checkpoint);
+  // A row is stamped with the clock when touched, at most a step (8) and
+  // the pipeline's lag behind its batch: 16 batches of slack each way.
+  size_t idle = 0, recent = 0;
+  for (const auto& [key, b] : last_seen) {
+    if (b + ttl + 16 < clock) {
+      ++idle;
+      EXPECT_EQ(rows.count(key), 0u) << "key " << key << " last seen in batch " << b
+                                     << " outlived ttl_ticks " << ttl << " (clock " << clock
+                                     << ")";
+    } else if (b + ttl >= clock + 16) {
+      ++recent;
+      EXPECT_EQ(rows.count(key), 1u) << "key " << key << " seen in batch " << b << " expired";
+    }
+  }
+  EXPECT_GT(idle, 100u) << "recent " << recent << " of " << last_seen.size();
+  EXPECT_GT(recent, 100u);
+  EXPECT_LT(rows.size(), last_seen.size());
 }
 
 }  // namespace
