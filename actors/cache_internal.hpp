@@ -48,6 +48,9 @@ struct cache_state {
   std::unordered_map<uint64_t, uint32_t> pinned;
   std::unordered_map<uint64_t, uint64_t> acked_pinned;
   size_t write_backs_in_flight = 0;
+  // Set when a write-back failed every attempt (fail_stop): rows are lost,
+  // so every later request, pass_end and drain included, gets this error.
+  caf::error fatal;
   std::vector<caf::typed_response_promise<ok_atom>> flush_waiters;
   uint64_t clock = 0;  // lookups served (async staleness)
   tier_stats stats;    // counters; gauges and latencies are added on request
@@ -70,6 +73,14 @@ void pin(cache_pointer self, const std::vector<uint64_t>& keys);
 void unpin(cache_pointer self, const std::vector<uint64_t>& keys);
 void write_back(cache_pointer self, const std::vector<uint64_t>& keys,
                 const std::vector<std::byte>& records);
+// Attempts of one write-back batch to its shard before the tier fail-stops.
+inline constexpr int write_back_attempts = 4;
+// Sends one write-back batch (attempt 1..write_back_attempts); a failure is
+// re-sent, the last one fail-stops the tier.
+void send_write_back(cache_pointer self, shard_actor shard, std::shared_ptr<row_batch> sent,
+                     int attempt);
+// The error names the tier and the cause; every flush waiter gets it now.
+void fail_stop(cache_pointer self, const caf::error& cause, size_t rows);
 void insert(cache_pointer self, const std::vector<uint64_t>& keys, std::byte* records, bool dirty);
 void finish_fill(cache_pointer self, const std::shared_ptr<pending_fill>& fill);
 void fill_rows(cache_pointer self, std::shared_ptr<pending_fill> fill, bool count_stats);

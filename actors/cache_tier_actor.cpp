@@ -35,7 +35,13 @@ void run_sync(const char* what, const std::function<void(cache_completion)>& cal
 void check_flush_waiters(cache_pointer self) {
   auto& st = self->state;
   if (st.write_backs_in_flight > 0 || st.flush_waiters.empty()) return;
-  for (auto& p : st.flush_waiters) p.deliver(ok_atom::value);
+  // Rows were lost: never ok after a fail-stop.
+  for (auto& p : st.flush_waiters) {
+    if (st.fatal)
+      p.deliver(st.fatal);
+    else
+      p.deliver(ok_atom::value);
+  }
   st.flush_waiters.clear();
 }
 
@@ -78,34 +84,56 @@ void write_back(cache_pointer self, const std::vector<uint64_t>& keys,
     }
     st.stats.flushed_rows += batch.keys.size();
     ++st.write_backs_in_flight;
-    auto sent = std::make_shared<row_batch>(batch);
-    self->request(st.shards[s], caf::infinite, write_back_atom::value, std::move(batch))
-        .then(
-            [self, sent](ok_atom) {
-              auto& st = self->state;
-              for (size_t j = 0; j < sent->keys.size(); ++j) {
-                auto it = st.evicted.find(sent->keys[j]);
-                const auto* rec =
-                    reinterpret_cast<const std::byte*>(sent->records.data()) + j * st.record_bytes;
-                if (it == st.evicted.end() ||
-                    meta_of(it->second.data()).version != meta_of(rec).version)
-                  continue;
-                if (st.pinned.count(sent->keys[j]))
-                  st.acked_pinned[sent->keys[j]] = meta_of(rec).version;
-                else
-                  st.evicted.erase(it);
-              }
-              --st.write_backs_in_flight;
-              check_flush_waiters(self);
-            },
-            [self](caf::error& err) {
-              auto& st = self->state;
-              --st.write_backs_in_flight;
-              // The rows stay in `evicted` (readable); the waiters learn of it.
-              for (auto& p : st.flush_waiters) p.deliver(err);
-              st.flush_waiters.clear();
-            });
+    send_write_back(self, st.shards[s], std::make_shared<row_batch>(std::move(batch)), 1);
   }
+}
+
+void send_write_back(cache_pointer self, shard_actor shard, std::shared_ptr<row_batch> sent,
+                     int attempt) {
+  self->request(shard, caf::infinite, write_back_atom::value, *sent)
+      .then(
+          [self, sent](ok_atom) {
+            auto& st = self->state;
+            for (size_t j = 0; j < sent->keys.size(); ++j) {
+              auto it = st.evicted.find(sent->keys[j]);
+              const auto* rec =
+                  reinterpret_cast<const std::byte*>(sent->records.data()) + j * st.record_bytes;
+              if (it == st.evicted.end() ||
+                  meta_of(it->second.data()).version != meta_of(rec).version)
+                continue;
+              if (st.pinned.count(sent->keys[j]))
+                st.acked_pinned[sent->keys[j]] = meta_of(rec).version;
+              else
+                st.evicted.erase(it);
+            }
+            --st.write_backs_in_flight;
+            check_flush_waiters(self);
+          },
+          [self, shard, sent, attempt](caf::error& err) {
+            auto& st = self->state;
+            // The rows stay in `evicted` (readable) and are sent again: the
+            // shard keeps the newer of two versions, so a repeat is harmless.
+            if (attempt < write_back_attempts && !st.fatal) {
+              send_write_back(self, shard, sent, attempt + 1);
+              return;
+            }
+            --st.write_backs_in_flight;
+            fail_stop(self, err, sent->keys.size());
+          });
+}
+
+void fail_stop(cache_pointer self, const caf::error& cause, size_t rows) {
+  auto& st = self->state;
+  if (st.fatal) return;
+  std::string text = st.stats.name + " fail-stopped: a write-back of " + std::to_string(rows) +
+                     " rows failed " + std::to_string(write_back_attempts) + " times: ";
+  const auto& context = cause.context();
+  text += context.match_elements<std::string>() ? context.get_as<std::string>(0)
+                                                : caf::to_string(cause);
+  st.fatal = caf::make_error(caf::sec::runtime_error, text);
+  caf::aout(self) << "strata: fatal: " << text << "\n";
+  for (auto& p : st.flush_waiters) p.deliver(st.fatal);
+  st.flush_waiters.clear();
 }
 
 // Inserts rows; evicted dirty rows go back to their shards. In async mode
@@ -307,6 +335,7 @@ cache_tier_actor::behavior_type cache_behavior(cache_pointer self, cache_config 
   st.stats.name = "cache " + std::to_string(st.config.index);
   return {
       [self](lookup_atom, std::vector<uint64_t>& keys) -> caf::result<lookup_reply> {
+        if (self->state.fatal) return self->state.fatal;
         auto& st = self->state;
         ++st.clock;
         st.stats.lookups += keys.size();
@@ -319,6 +348,7 @@ cache_tier_actor::behavior_type cache_behavior(cache_pointer self, cache_config 
         return fill->promise;
       },
       [self](prefetch_atom, std::vector<uint64_t>& keys) {
+        if (self->state.fatal) return;
         auto& st = self->state;
         ++st.stats.prefetch_requests;
         st.stats.prefetch_rows += keys.size();
@@ -327,6 +357,7 @@ cache_tier_actor::behavior_type cache_behavior(cache_pointer self, cache_config 
         fill_rows(self, fill, false);
       },
       [self](push_atom, push_request& req) -> caf::result<push_ack> {
+        if (self->state.fatal) return self->state.fatal;
         auto& st = self->state;
         if (req.grads.size() != req.keys.size() * st.config.table.layout.dim)
           return caf::make_error(caf::sec::runtime_error, "push with a wrong gradient size");
@@ -348,11 +379,13 @@ cache_tier_actor::behavior_type cache_behavior(cache_pointer self, cache_config 
       },
       [](pass_start_atom, uint64_t) -> ok_atom { return ok_atom::value; },
       [self](pass_end_atom, uint64_t) -> caf::result<ok_atom> {
+        if (self->state.fatal) return self->state.fatal;
         auto promise = self->make_response_promise<ok_atom>();
         write_back_all(self, promise);
         return promise;
       },
       [self](drain_atom) -> caf::result<ok_atom> {
+        if (self->state.fatal) return self->state.fatal;
         auto promise = self->make_response_promise<ok_atom>();
         write_back_all(self, promise);
         return promise;

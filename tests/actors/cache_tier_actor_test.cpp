@@ -394,5 +394,72 @@ TEST(CacheTier, GracefulStopLosesNoAcknowledgedUpdate) {
   EXPECT_EQ(found, keys.size());
 }
 
+// A shard whose write-backs fail `failures` times (negative: always), for
+// the cache tier's write-back failure paths; pulls reach the real shard.
+shard_actor failing_write_backs(caf::actor_system& system, shard_actor real,
+                                std::shared_ptr<int> failures) {
+  auto proxy = system.spawn([real, failures](caf::event_based_actor* self) -> caf::behavior {
+    return {
+        [self, real, failures](write_back_atom a, row_batch& rows) -> caf::result<ok_atom> {
+          if (*failures != 0) {
+            if (*failures > 0) --*failures;
+            return caf::make_error(caf::sec::runtime_error, "injected write-back failure");
+          }
+          return self->delegate(real, a, std::move(rows));
+        },
+        [self, real](pull_atom a, std::vector<uint64_t>& keys) -> caf::result<pull_reply> {
+          return self->delegate(real, a, std::move(keys));
+        },
+    };
+  });
+  return caf::actor_cast<shard_actor>(proxy);
+}
+
+// Issue 15 item 3: a failed write-back is sent again; the pass ends with
+// every row at its shard (before: pass_end failed and the rows were never
+// re-sent).
+TEST(CacheTier, FailedWriteBackIsResentAndLosesNothing) {
+  cluster_fixture f(sgd_table(1, initializer_kind::zeros), 2);
+  auto failures = std::make_shared<int>(2);
+  f.shards[0] = failing_write_backs(f.h.system(), f.shards[0], failures);
+  auto cache = f.cache(training_mode::pass);
+  std::vector<uint64_t> keys;
+  for (uint64_t k = 0; k < 40; ++k) keys.push_back(k);
+  f.h.call<ok_atom>(cache, pass_start_atom::value, uint64_t{1});
+  f.lookup(cache, keys);
+  f.push(cache, keys, 2.0f);
+  f.h.call<ok_atom>(cache, pass_end_atom::value, uint64_t{1});
+  EXPECT_EQ(*failures, 0);
+  for (uint64_t k : keys) EXPECT_EQ(f.shard_weight(k), 2.0f) << "key " << k;
+}
+
+// A write-back that keeps failing fail-stops the tier: pass_end and every
+// later pass_end, drain or push fail naming the tier and the cause (before:
+// the next pass_end answered ok with the rows lost).
+TEST(CacheTier, WriteBackThatKeepsFailingFailStopsTheTier) {
+  cluster_fixture f(sgd_table(1, initializer_kind::zeros), 2);
+  f.shards[0] = failing_write_backs(f.h.system(), f.shards[0], std::make_shared<int>(-1));
+  auto cache = f.cache(training_mode::pass);
+  std::vector<uint64_t> keys;
+  for (uint64_t k = 0; k < 40; ++k) keys.push_back(k);
+  f.h.call<ok_atom>(cache, pass_start_atom::value, uint64_t{1});
+  f.lookup(cache, keys);
+  f.push(cache, keys, 2.0f);
+  auto expect_failure = [&](auto answer, const char* what) {
+    f.h.sched().run();
+    ASSERT_TRUE(answer->error) << what << " answered ok after rows were lost";
+    const std::string text = f.h.system().render(*answer->error);
+    EXPECT_NE(text.find("cache 0 fail-stopped"), std::string::npos) << what << ": " << text;
+    EXPECT_NE(text.find("injected write-back failure"), std::string::npos) << what << ": " << text;
+  };
+  expect_failure(f.h.ask<ok_atom>(cache, pass_end_atom::value, uint64_t{1}), "pass_end");
+  expect_failure(f.h.ask<ok_atom>(cache, pass_end_atom::value, uint64_t{2}), "second pass_end");
+  expect_failure(f.h.ask<ok_atom>(cache, drain_atom::value), "drain");
+  push_request req;
+  req.keys = keys;
+  req.grads.assign(keys.size(), -1.0f);
+  expect_failure(f.h.ask<push_ack>(cache, push_atom::value, req), "push");
+}
+
 }  // namespace
 }  // namespace strata::actors
