@@ -11,6 +11,7 @@
 #include <fstream>
 
 #include "common/crc32c.hpp"
+#include "common/regular_file.hpp"
 
 namespace strata {
 namespace {
@@ -33,10 +34,16 @@ status fsync_path(const std::filesystem::path& p, bool directory) {
 }  // namespace
 
 expected<uint32_t> file_crc32c(const std::filesystem::path& file, uint64_t* bytes) {
-  std::FILE* f = std::fopen(file.c_str(), "rb");
-  if (f == nullptr)
-    return error{errno == ENOENT ? errc::not_found : errc::io_error,
-                 "cannot read " + quoted(file) + ": " + std::strerror(errno)};
+  // Only a regular file: a checkpoint file replaced by a link to a device
+  // (/dev/zero) would be read forever.
+  auto fd = open_regular_file(file, "file");
+  if (!fd) return fd.err();
+  std::FILE* f = ::fdopen(*fd, "rb");
+  if (f == nullptr) {
+    const int e = errno;
+    ::close(*fd);
+    return error{errc::io_error, "cannot read " + quoted(file) + ": " + std::strerror(e)};
+  }
   std::vector<char> buf(1 << 20);
   uint32_t crc = 0;
   uint64_t total = 0;

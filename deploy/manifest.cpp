@@ -14,6 +14,7 @@
 #include <string>
 #include <utility>
 
+#include "common/regular_file.hpp"
 #include "deploy/manifest_parse.hpp"
 #include "deploy/manifest_reader.hpp"
 
@@ -24,6 +25,7 @@ using namespace detail;
 
 expected<std::string> admin_token(const manifest& m) {
   if (m.admin.token_file.empty()) return m.admin.token;
+  STRATA_TRY(check_regular_file(m.admin.token_file, m.file.string() + ": admin.token_file:"));
   std::ifstream in(m.admin.token_file);
   if (!in)
     return error(errc::io_error,
@@ -143,6 +145,12 @@ expected<manifest> parse_manifest(std::string_view text, const std::string& file
 }
 
 expected<manifest> load_manifest(const std::filesystem::path& file) {
+  // A device or FIFO named as the manifest would be read without end.
+  if (auto regular = check_regular_file(file, "manifest"); !regular) {
+    if (regular.err().code() == errc::not_found)
+      return error(errc::not_found, file.string() + ": cannot open the manifest");
+    return regular.err();
+  }
   std::ifstream in(file, std::ios::binary);
   if (!in) return error(errc::not_found, file.string() + ": cannot open the manifest");
   std::ostringstream text;

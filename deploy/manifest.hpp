@@ -191,8 +191,10 @@ std::string format_size(uint64_t bytes);
 // split, given the number of examples (data lines, less a csv header) in
 // the data file. Errors when the training window leaves a worker empty.
 expected<void> apply_data_split(manifest& m, uint64_t data_examples);
-// apply_data_split with the file's line count (counted only when the split
-// is a fraction); the data file must exist then.
+// apply_data_split with the file's example count (its non-blank lines, less
+// a csv header; counted only when the split is a fraction). The data file
+// must be a regular file holding at least one example (with explicit counts
+// too); a stop request (common/stop_request.hpp) ends the count.
 expected<void> resolve_data_split(manifest& m);
 
 // The admin token: admin.token, or the trimmed content of admin.token_file

@@ -1,13 +1,18 @@
 // The data split: the workers' training windows and the held-out window,
 // from explicit counts or a fraction of the data file's examples
 // (deploy/manifest.hpp, deploy/manifest_parse.hpp).
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
-#include <fstream>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "common/regular_file.hpp"
+#include "common/stop_request.hpp"
 #include "deploy/manifest.hpp"
 #include "deploy/manifest_parse.hpp"
 
@@ -63,24 +68,70 @@ expected<void> apply_data_split(manifest& m, uint64_t data_examples) {
   return detail::apply_split(m, data_examples);
 }
 
-expected<void> resolve_data_split(manifest& m) {
-  if (m.split_resolved) return {};
-  std::ifstream in(m.data.path, std::ios::binary);
-  if (!in) return error(errc::not_found, m.data.path.string() + ": cannot open the data file");
-  uint64_t lines = 0;
-  bool pending = false;  // a last line without a newline
+namespace {
+
+// The examples of the data file: its non-blank lines (what the reader
+// reads; a line of only "\r" is blank too), less a csv header. With
+// `first_only`, stops at the first example (1 or 0). A regular file only
+// (a device such as /dev/zero has no end); a stop request ends the scan.
+expected<uint64_t> count_examples(const manifest& m, bool first_only) {
+  const std::string what = m.file.string() + ": data.path:";
+  auto fd = open_regular_file(m.data.path, what);
+  if (!fd) return fd.err();
   std::vector<char> buffer(size_t{1} << 20);
-  while (in) {
-    in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
-    const auto got = static_cast<size_t>(in.gcount());
+  uint64_t examples = 0;
+  bool blank = true;  // the current line has only '\r' so far
+  const uint64_t wanted = m.data.format == model::data_format::csv ? 2 : 1;  // a header first
+  for (;;) {
+    if (stop_requested().load()) {
+      ::close(*fd);
+      return error(errc::unavailable, "stopped while counting the examples of " +
+                                          m.data.path.string() + " (" + std::to_string(examples) +
+                                          " so far)");
+    }
+    const ssize_t got = ::read(*fd, buffer.data(), buffer.size());
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) {
+      const int e = errno;
+      ::close(*fd);
+      return error(errc::io_error,
+                   m.data.path.string() + ": cannot read the data file: " + std::strerror(e));
+    }
     if (got == 0) break;
-    lines += static_cast<uint64_t>(std::count(buffer.data(), buffer.data() + got, '\n'));
-    pending = buffer[got - 1] != '\n';
+    for (const char* p = buffer.data(); p != buffer.data() + got; ++p) {
+      if (*p == '\n') {
+        if (!blank) ++examples;
+        blank = true;
+      } else if (*p != '\r') {
+        blank = false;
+      }
+    }
+    if (first_only && examples >= wanted) break;
   }
-  if (in.bad()) return error(errc::io_error, m.data.path.string() + ": read failed");
-  if (pending) ++lines;
-  if (m.data.format == model::data_format::csv && lines > 0) --lines;  // the header
-  return detail::apply_split(m, lines);
+  ::close(*fd);
+  if (!blank) ++examples;  // a last line without a newline
+  if (m.data.format == model::data_format::csv && examples > 0) --examples;  // the header
+  if (examples == 0)
+    return error(errc::invalid_argument,
+                 what + " " + m.data.path.string() +
+                     " has no examples (it is empty or holds only blank lines" +
+                     (m.data.format == model::data_format::csv ? " besides the header" : "") + ")");
+  return first_only ? std::min<uint64_t>(examples, 1) : examples;
+}
+
+}  // namespace
+
+expected<void> resolve_data_split(manifest& m) {
+  if (m.split_resolved) {
+    // Explicit counts: the file must still hold an example (a file of
+    // blank lines would train nothing and end "successfully").
+    auto any = count_examples(m, true);
+    if (!any) return any.err();
+    return {};
+  }
+  auto examples = count_examples(m, false);
+  if (!examples) return examples.err();
+  return detail::apply_split(m, *examples);
 }
 
 }  // namespace strata::deploy

@@ -9,6 +9,8 @@
 #include <cstring>
 #include <system_error>
 
+#include "common/regular_file.hpp"
+
 namespace strata::deploy {
 
 namespace fs = std::filesystem;
@@ -41,8 +43,7 @@ expected<bool> ensure_secret_file(const fs::path& file, bool create_if_missing,
                                   const std::string& where) {
   std::error_code ec;
   if (fs::exists(file, ec)) {
-    if (!fs::is_regular_file(file, ec))
-      return error(errc::invalid_argument, where + ": " + file.string() + " is not a file");
+    STRATA_TRY(check_regular_file(file, where + ":"));
     if (fs::file_size(file, ec) == 0 && !ec)
       return error(errc::invalid_argument, where + ": " + file.string() + " is empty");
     return false;
@@ -95,6 +96,9 @@ status check_manifest_files(const manifest& m, std::ostream& out) {
   if (!m.generate && !m.data.path.empty() && !fs::exists(m.data.path, ec))
     return error(errc::not_found, m.file.string() + ": data.path: " + m.data.path.string() +
                                       " does not exist (and the manifest has no data.generate)");
+  // A device or FIFO as data would be read without end.
+  if (!m.data.path.empty() && fs::exists(m.data.path, ec))
+    return check_regular_file(m.data.path, m.file.string() + ": data.path:");
   return {};
 }
 

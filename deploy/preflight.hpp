@@ -27,7 +27,7 @@ expected<bool> ensure_secret_file(const std::filesystem::path& file, bool create
 status ensure_admin_token_file(const manifest& m, std::ostream& out);
 
 // Checks every file the manifest needs before a node starts: the data file
-// (or its `data.generate` block), the admin token file (created when
+// (or its `data.generate` block; a regular file, not a device or FIFO), the admin token file (created when
 // admin.create_if_missing). Prints what it created to `out`.
 status check_manifest_files(const manifest& m, std::ostream& out);
 

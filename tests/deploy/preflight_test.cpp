@@ -5,13 +5,16 @@
 #include "deploy/preflight.hpp"
 
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/stat.h>
 
 #include <filesystem>
 #include <fstream>
 #include <regex>
 #include <sstream>
+#include <thread>
 
+#include "actors/checkpoint.hpp"
 #include "tests/deploy/process_util.hpp"
 #include "tests/tiers/test_util.hpp"
 
@@ -131,6 +134,116 @@ TEST(Preflight, LaunchCreatesTheTokenThenNamesTheMissingDataFile) {
             std::string::npos)
       << r.err;
   EXPECT_EQ(r.out.find("launch: starting"), std::string::npos) << r.out;
+}
+
+// A one-node manifest of the count objective reading `data` (generated
+// when `rows` > 0), a checkpoint every 10 batches under dir/ckpt.
+fs::path one_node(const fs::path& dir, const fs::path& data, uint64_t rows = 0) {
+  const fs::path manifest = dir / "one.yaml";
+  std::ofstream m(manifest);
+  m << "name: one\nmode: async\npartitions: 16\nthreads: 2\n"
+    << "table:\n  name: counts\n  optimizer:\n    kind: sgd\n    learning_rate: 1\n"
+    << "  initializer:\n    kind: zeros\n"
+    << "model:\n  embedding_dim: 1\n  objective: count\n"
+    << "shards:\n  count: 1\n  ssd_path: " << (dir / "state").string() << "\n  map_bytes: 64MiB\n"
+    << "workers:\n  count: 1\n  batch_size: 16\n"
+    << "data:\n  path: " << data.string() << "\n  heldout_fraction: 0\n";
+  if (rows > 0)
+    m << "  generate:\n    rows: " << rows << "\n    distinct_keys: 1000\n    seed: 3\n";
+  m << "checkpoint:\n  dir: " << (dir / "ckpt").string() << "\n  interval_batches: 10\n";
+  return manifest;
+}
+
+// Runs strata with `args`; it must end within `seconds` with status 1.
+launch_result run_expecting_failure(const fs::path& dir, const std::vector<std::string>& args,
+                                    double seconds = 60) {
+  strata_process p(args, dir / "out", dir / "err");
+  auto st = p.wait(seconds);
+  EXPECT_TRUE(st) << "strata " << args.front() << " did not end within " << seconds << " s";
+  EXPECT_TRUE(st && WIFEXITED(*st) && WEXITSTATUS(*st) == 1) << p.err();
+  return {p.out(), p.err()};
+}
+
+TEST(Preflight, ADeviceAsDataFileIsRefusedByName) {
+  // /dev/zero has no end: counting its lines ran forever at 100% CPU.
+  temp_dir dir;
+  const auto manifest = one_node(dir.path(), "/dev/zero");
+  const auto r = run_expecting_failure(dir.path(), {"launch", manifest.string()}, 30);
+  EXPECT_NE(r.err.find("one.yaml: data.path: /dev/zero is a character device, not a regular file"),
+            std::string::npos)
+      << r.err;
+  // `strata node` (no launcher preflight) and a manifest that is a device.
+  const auto n =
+      run_expecting_failure(dir.path(), {"node", "--manifest", manifest.string()}, 30);
+  EXPECT_NE(n.err.find("/dev/zero is a character device"), std::string::npos) << n.err;
+  const auto v = run_expecting_failure(dir.path(), {"validate", "/dev/zero"}, 30);
+  EXPECT_NE(v.err.find("manifest /dev/zero is a character device"), std::string::npos) << v.err;
+}
+
+TEST(Preflight, ADataFileOfBlankLinesIsAnErrorNamingIt) {
+  // It trained nothing and exited 0.
+  temp_dir dir;
+  const fs::path data = dir.path() / "blank.tsv";
+  std::ofstream(data) << "\n\n\r\n\n";
+  const auto manifest = one_node(dir.path(), data);
+  const auto r = run_expecting_failure(dir.path(), {"launch", manifest.string()});
+  EXPECT_NE(r.err.find("data.path: " + data.string() + " has no examples"), std::string::npos)
+      << r.err;
+}
+
+TEST(Preflight, AStopEndsTheCountOfAHugeDataFile) {
+  // A 1 TiB sparse file takes minutes to count; SIGTERM ends the count
+  // (and the node) instead of waiting for it.
+  temp_dir dir;
+  const fs::path data = dir.path() / "huge.tsv";
+  { std::ofstream(data).close(); }
+  fs::resize_file(data, uint64_t{1} << 40);
+  const auto manifest = one_node(dir.path(), data);
+  strata_process p({"node", "--manifest", manifest.string()}, dir.path() / "out",
+                   dir.path() / "err");
+  // Inside the count once the node has read 64 MiB (its /proc io counter).
+  auto bytes_read = [&]() -> uint64_t {
+    std::ifstream io("/proc/" + std::to_string(p.pid()) + "/io");
+    std::string key;
+    uint64_t value = 0;
+    while (io >> key >> value)
+      if (key == "rchar:") return value;
+    return 0;
+  };
+  ASSERT_TRUE(poll_until([&] { return bytes_read() > (uint64_t{64} << 20); }, 60)) << p.err();
+  ASSERT_EQ(::kill(p.pid(), SIGTERM), 0);
+  auto st = p.wait(60);
+  ASSERT_TRUE(st) << "the node did not stop within 60 s of SIGTERM: " << p.err();
+  EXPECT_TRUE(WIFEXITED(*st) && WEXITSTATUS(*st) == 1) << p.err();
+  EXPECT_NE(p.err().find("stopped while counting the examples of " + data.string()),
+            std::string::npos)
+      << p.err();
+}
+
+TEST(Preflight, ACheckpointFileLinkedToADeviceIsRefusedByVerifyAndResume) {
+  // data.mdb replaced by a link to /dev/zero hung `checkpoint verify` and
+  // --resume (the checksum read never ended).
+  temp_dir dir;
+  const auto manifest = one_node(dir.path(), dir.path() / "data.tsv", 500);
+  {
+    strata_process train({"launch", manifest.string()}, dir.path() / "out", dir.path() / "err");
+    auto st = train.wait(120);
+    ASSERT_TRUE(st && WIFEXITED(*st) && WEXITSTATUS(*st) == 0) << train.out() << train.err();
+  }
+  auto latest = actors::latest_checkpoint(dir.path() / "ckpt");
+  ASSERT_TRUE(latest);
+  for (const auto& ckpt : actors::complete_checkpoints(dir.path() / "ckpt")) {
+    fs::remove(ckpt / "shard-0" / "data.mdb");
+    fs::create_symlink("/dev/zero", ckpt / "shard-0" / "data.mdb");
+  }
+  const std::string named =
+      (*latest / "shard-0" / "data.mdb").string() + " is a character device, not a regular file";
+  const auto v =
+      run_expecting_failure(dir.path(), {"checkpoint", "verify", latest->string()}, 30);
+  EXPECT_NE(v.err.find(named), std::string::npos) << v.err;
+  const auto r = run_expecting_failure(
+      dir.path(), {"launch", manifest.string(), "--resume", (dir.path() / "ckpt").string()}, 30);
+  EXPECT_NE(r.err.find("is a character device, not a regular file"), std::string::npos) << r.err;
 }
 
 }  // namespace
