@@ -1,6 +1,8 @@
 // The coordinator's scaling (docs/scaling.md): spawn the new shards, copy
 // the moving partitions, fence and commit the new map at a cut.
+#include <atomic>
 #include <caf/all.hpp>
+#include <memory>
 #include <string>
 
 #include "actors/coordinator_internal.hpp"
@@ -151,11 +153,30 @@ caf::typed_response_promise<scale_result> start_scale(coordinator_pointer self, 
   for (uint32_t i = current; i < target; ++i) {
     auto spawned = s.peers.factory.spawn(i);
     if (!spawned) {
+      // Abandoned before anything moved: the new shards go (unlinked
+      // first: their exit must not take the coordinator with them) with
+      // their files, the half-made one's too; the map stays, training
+      // goes on.
+      // The files go once every new shard has exited and closed its
+      // environment (a spawn that failed for want of file descriptors
+      // leaves none to remove them with before that).
+      auto remove = s.peers.factory.remove_files;
+      auto left = std::make_shared<std::atomic<uint32_t>>(i - current);
+      auto remove_all = [remove, current, i] {
+        if (!remove) return;
+        for (uint32_t j = current; j <= i; ++j) remove(j);
+      };
+      if (i == current) remove_all();
       for (uint32_t j = current; j < i; ++j) {
+        self->unlink_from(job.shards[j]);
+        caf::actor_cast<caf::actor>(job.shards[j])->attach_functor([left, remove_all] {
+          if (--*left == 0) remove_all();
+        });
         caf::anon_send_exit(job.shards[j], caf::exit_reason::user_shutdown);
-        if (s.peers.factory.remove_files) s.peers.factory.remove_files(j);
       }
-      return refuse(spawned.err().to_string());
+      return refuse("spawning shard " + std::to_string(i) + " failed (the scale is abandoned; " +
+                    std::to_string(current) + " shards keep training): " +
+                    spawned.err().message());
     }
     self->link_to(*spawned);  // they stop with the cluster
     job.shards.push_back(*spawned);

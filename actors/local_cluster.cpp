@@ -28,18 +28,36 @@ error from_caf(caf::actor_system& system, const caf::error& err, const std::stri
   return error(errc::io_error, what + ": " + system.render(err));
 }
 
+// How long a step of the runner after training (the map, a held-out pull,
+// a tier's stats) waits for an actor: no step on the way to the exit waits
+// forever (issue 15). Training itself (run_atom) has no bound.
+constexpr std::chrono::seconds step_timeout{60};
+
 // Blocking request from the runner (not a hot path: a handful per run, or
-// one per shard per evaluation batch).
+// one per shard per evaluation batch); `timeout` as above.
+template <class T, class Handle, class... Ts>
+expected<T> ask_within(caf::scoped_actor& self, caf::duration timeout, const Handle& target,
+                       const std::string& what, Ts&&... message) {
+  std::optional<T> value;
+  std::optional<error> failure;
+  self->request(target, timeout, std::forward<Ts>(message)...)
+      .receive([&](T& reply) { value = std::move(reply); },
+               [&](caf::error& err) {
+                 if (err == caf::sec::request_timeout)
+                   failure = error(errc::unavailable, what + ": no answer within " +
+                                                      std::to_string(step_timeout.count()) + " s");
+                 else
+                   failure = from_caf(self->system(), err, what);
+               });
+  if (failure) return *failure;
+  return std::move(*value);
+}
+
 template <class T, class Handle, class... Ts>
 expected<T> ask(caf::scoped_actor& self, const Handle& target, const std::string& what,
                 Ts&&... message) {
-  std::optional<T> value;
-  std::optional<error> failure;
-  self->request(target, caf::infinite, std::forward<Ts>(message)...)
-      .receive([&](T& reply) { value = std::move(reply); },
-               [&](caf::error& err) { failure = from_caf(self->system(), err, what); });
-  if (failure) return *failure;
-  return std::move(*value);
+  return ask_within<T>(self, caf::duration{step_timeout}, target, what,
+                       std::forward<Ts>(message)...);
 }
 
 struct heldout_result {
@@ -169,7 +187,8 @@ expected<training_report> train(caf::actor_system& system, const cluster_config&
   }
   if (!placement.coordinator) return serve_as_member(self, *cluster, start, hooks);
 
-  auto summary = ask<training_summary>(self, cluster->coordinator, "training", run_atom::value);
+  auto summary = ask_within<training_summary>(self, caf::infinite, cluster->coordinator, "training",
+                                             run_atom::value);
   if (!summary) return summary.err();
   training_report report;
   report.seconds = seconds_since(start);

@@ -20,6 +20,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <ctime>
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -58,7 +60,10 @@ using namespace detail;
 
 // SIGINT/SIGTERM in a node: a thread of its own waits for them (they are
 // blocked in every other thread) and asks the coordinator to stop at the
-// next cut. A second signal exits at once.
+// next cut. Every stop ends: a second signal exits at once, and a graceful
+// stop that has not ended stop_bound_seconds() after the first signal is
+// cut short (docs/architecture.md, "Stops"); either exit is non-zero and
+// says so, and the latest complete checkpoint stays the recovery point.
 class stop_on_signal {
  public:
   stop_on_signal() {
@@ -67,23 +72,59 @@ class stop_on_signal {
     sigaddset(&set, SIGINT);
     sigaddset(&set, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &set, nullptr);  // before any CAF thread starts
-    std::thread([this, set] {
-      for (;;) {
-        int sig = 0;
-        if (sigwait(&set, &sig) != 0) continue;
+    const int bound = stop_bound_seconds();
+    std::thread([this, set, bound] {
+      int sig = 0;
+      while (sigwait(&set, &sig) != 0) {
+      }
+      {
         std::lock_guard lock(mutex_);
         ++signals_;
-        if (signals_ > 1) {
-          std::fprintf(stderr, "strata node: second signal; exiting without a checkpoint\n");
-          ::_exit(130);
-        }
-        std::fprintf(stderr, "\nstrata node: signal %d: stopping gracefully at the next cut\n",
-                     sig);
+        std::fprintf(stderr,
+                     "\nstrata node: signal %d: stopping gracefully at the next cut (at most "
+                     "%d s; a second signal exits at once)\n",
+                     sig, bound);
         stop_requested().store(true);  // ends a scan before training (the data count)
         if (coordinator_) caf::anon_send(*coordinator_, actors::stop_atom::value);
         if (member_) member_->request_stop();
       }
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(bound);
+      for (;;) {
+        const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(
+            std::max(deadline - std::chrono::steady_clock::now(),
+                     std::chrono::steady_clock::duration::zero()));
+        const timespec limit{static_cast<time_t>(left.count() / 1000000000),
+                             static_cast<long>(left.count() % 1000000000)};
+        const int second = sigtimedwait(&set, nullptr, &limit);
+        if (second > 0) {
+          std::fprintf(stderr,
+                       "strata node: second signal (%d); exiting without finishing the stop "
+                       "(no final checkpoint)\n",
+                       second);
+          std::fflush(stdout);
+          ::_exit(130);
+        }
+        if (errno == EAGAIN) {
+          std::fprintf(stderr,
+                       "strata node: the graceful stop did not end within %d s; exiting without "
+                       "finishing it (the latest complete checkpoint is the recovery point)\n",
+                       bound);
+          std::fflush(stdout);
+          ::_exit(3);
+        }
+        // EINTR: wait for what is left of the bound.
+      }
     }).detach();
+  }
+  // How long a graceful stop may take: 30 s, or STRATA_STOP_BOUND_SECONDS
+  // (tests shorten it to see the bound act).
+  static int stop_bound_seconds() {
+    if (const char* v = std::getenv("STRATA_STOP_BOUND_SECONDS")) {
+      char* end = nullptr;
+      const long n = std::strtol(v, &end, 10);
+      if (end != v && *end == '\0' && n >= 0 && n <= 86400) return static_cast<int>(n);
+    }
+    return 30;
   }
   // A node of several: a signal also aborts its join, and a member keeps
   // serving until the coordinator's node has stopped.
@@ -432,10 +473,16 @@ int run_node(const std::string& path, const std::string& node, const std::string
     hooks.join = [&](const actors::training_cluster& cluster) { return member->join(cluster); };
     hooks.serve_until_done = [&] { return member->serve_until_done(); };
   }
-  // While the actor system still exists: the gateway's requests use it.
+  // While the actor system still exists: every server that reaches actors
+  // (the gateway, the admin API, /metrics, the signal thread) lets go of
+  // them before the actor system goes (a request in that window used the
+  // destroyed system, issue 15 item 11).
   hooks.shutdown = [&](bool ok) {
+    signals.forget();
     if (gateway) gateway->stop();
     if (gateway_ucx) gateway_ucx->stop();
+    if (admin) admin->stop();
+    if (metrics) metrics->detach();
     if (member) member->finish(ok);
   };
   actors::progress_callback progress;

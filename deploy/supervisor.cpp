@@ -5,16 +5,19 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 
 namespace strata::deploy {
 namespace {
 
-volatile std::sig_atomic_t stop_signals = 0;
-
-extern "C" void on_stop_signal(int) { stop_signals = stop_signals + 1; }
+// After the first stop signal, how long the nodes get before they are
+// killed: a node bounds its own graceful stop at 30 s (launch_node.cpp);
+// this is the launcher's backstop for a node that cannot even do that.
+constexpr auto kill_after = std::chrono::seconds(40);
 
 struct running_child {
   const child_node* node = nullptr;
@@ -23,14 +26,30 @@ struct running_child {
   int status = 0;
 };
 
-pid_t start_child(const child_node& node, const std::vector<std::string>& extra) {
+// SIGINT, SIGTERM and SIGCHLD stay blocked while the supervisor runs and
+// are taken with sigtimedwait: a signal that arrives at any moment stays
+// pending until the loop takes it (a handler's flag checked before a
+// blocking waitpid could miss one that came in between, issue 15 item 10).
+sigset_t watched_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGCHLD);
+  return set;
+}
+
+pid_t start_child(const child_node& node, const std::vector<std::string>& extra,
+                  const sigset_t& child_mask) {
   std::vector<std::string> args = node.argv;
   args.insert(args.end(), extra.begin(), extra.end());
   const pid_t pid = ::fork();
   if (pid != 0) return pid;  // parent (or -1)
-  // Child: default signal dispositions, then the node.
+  // Child: default signal dispositions and the launcher's original mask,
+  // then the node.
   ::signal(SIGINT, SIG_DFL);
   ::signal(SIGTERM, SIG_DFL);
+  ::sigprocmask(SIG_SETMASK, &child_mask, nullptr);
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -45,19 +64,21 @@ void signal_all(std::vector<running_child>& children, int sig) {
     if (!c.exited && c.pid > 0) ::kill(c.pid, sig);
 }
 
-// Reaps one child (blocking, interrupted by signals); returns its index or
-// -1 when interrupted.
-int reap(std::vector<running_child>& children) {
-  int status = 0;
-  const pid_t pid = ::waitpid(-1, &status, 0);
-  if (pid < 0) return -1;
-  for (size_t i = 0; i < children.size(); ++i)
-    if (children[i].pid == pid) {
-      children[i].exited = true;
-      children[i].status = status;
-      return static_cast<int>(i);
-    }
-  return -1;
+// Reaps every child that has exited (never blocks); the indices, in the
+// order reaped.
+std::vector<size_t> reap(std::vector<running_child>& children) {
+  std::vector<size_t> out;
+  for (;;) {
+    int status = 0;
+    const pid_t pid = ::waitpid(-1, &status, WNOHANG);
+    if (pid <= 0) return out;
+    for (size_t i = 0; i < children.size(); ++i)
+      if (children[i].pid == pid) {
+        children[i].exited = true;
+        children[i].status = status;
+        out.push_back(i);
+      }
+  }
 }
 
 bool all_exited(const std::vector<running_child>& children) {
@@ -66,17 +87,53 @@ bool all_exited(const std::vector<running_child>& children) {
   return true;
 }
 
-// SIGTERM to every running child, then waits for all (SIGKILL on a second
-// stop signal).
-void stop_all(std::vector<running_child>& children) {
-  signal_all(children, SIGTERM);
-  const auto seen = stop_signals;
-  while (!all_exited(children)) {
-    if (reap(children) < 0 && errno == EINTR && stop_signals != seen) signal_all(children, SIGKILL);
+bool failed(int status) { return !(WIFEXITED(status) && WEXITSTATUS(status) == 0); }
+
+// The stop signals taken so far and what the children were sent.
+struct stop_state {
+  int signals = 0;
+  std::optional<std::chrono::steady_clock::time_point> kill_at;  // after a forwarded SIGTERM
+};
+
+// Waits up to a second for a signal (SIGCHLD included) and acts on a stop
+// signal: the first is forwarded as SIGTERM (a graceful stop of every
+// node), a second kills them; nodes still running kill_after the SIGTERM
+// are killed too. Every branch says what it does.
+void wait_for_event(std::vector<running_child>& children, const sigset_t& watched,
+                    stop_state& stop) {
+  const timespec second{1, 0};
+  const int sig = ::sigtimedwait(&watched, nullptr, &second);
+  if (sig == SIGINT || sig == SIGTERM) {
+    if (++stop.signals == 1) {
+      signal_all(children, SIGTERM);
+      stop.kill_at = std::chrono::steady_clock::now() + kill_after;
+    } else {
+      std::fprintf(stderr, "strata launch: second signal (%d); killing the nodes (no final "
+                   "checkpoint)\n", sig);
+      signal_all(children, SIGKILL);
+    }
+  }
+  if (stop.kill_at && std::chrono::steady_clock::now() >= *stop.kill_at && !all_exited(children)) {
+    std::fprintf(stderr,
+                 "strata launch: the nodes did not stop within %lld s of SIGTERM; killing them\n",
+                 static_cast<long long>(kill_after.count()));
+    signal_all(children, SIGKILL);
+    stop.kill_at.reset();
   }
 }
 
-bool failed(int status) { return !(WIFEXITED(status) && WEXITSTATUS(status) == 0); }
+// SIGTERM to every running child, then waits for all (killed after
+// kill_after, or on a stop signal).
+void stop_all(std::vector<running_child>& children, const sigset_t& watched, stop_state& stop) {
+  signal_all(children, SIGTERM);
+  if (!stop.kill_at) stop.kill_at = std::chrono::steady_clock::now() + kill_after;
+  ++stop.signals;  // a stop signal from now on kills
+  reap(children);
+  while (!all_exited(children)) {
+    wait_for_event(children, watched, stop);
+    reap(children);
+  }
+}
 
 }  // namespace
 
@@ -92,15 +149,10 @@ std::string describe_exit(int status) {
 
 int supervise(const supervisor_config& config, const std::vector<child_node>& nodes,
               const std::vector<std::string>& first_resume_args) {
-  struct sigaction action {};
-  action.sa_handler = on_stop_signal;
-  sigemptyset(&action.sa_mask);
-  action.sa_flags = 0;  // no SA_RESTART: waitpid returns EINTR on a signal
-  struct sigaction old_int {
-  }, old_term{};
-  ::sigaction(SIGINT, &action, &old_int);
-  ::sigaction(SIGTERM, &action, &old_term);
-  stop_signals = 0;
+  const sigset_t watched = watched_signals();
+  sigset_t old_mask;
+  ::pthread_sigmask(SIG_BLOCK, &watched, &old_mask);
+  stop_state stop;
 
   uint32_t restarts = 0;
   std::vector<std::string> resume = first_resume_args;
@@ -110,32 +162,26 @@ int supervise(const supervisor_config& config, const std::vector<child_node>& no
     for (const auto& node : nodes) {
       running_child c;
       c.node = &node;
-      c.pid = start_child(node, resume);
+      c.pid = start_child(node, resume, old_mask);
       if (c.pid < 0) {
         std::fprintf(stderr, "strata launch: cannot start node '%s': %s\n", node.name.c_str(),
                      std::strerror(errno));
-        stop_all(children);
+        stop_all(children, watched, stop);
         result = 1;
         goto done;
       }
       children.push_back(c);
     }
     {
-      std::sig_atomic_t forwarded = 0;
       const running_child* dead = nullptr;
-      while (!all_exited(children)) {
-        const int i = reap(children);
-        if (stop_signals != forwarded) {
-          // Ctrl-C / SIGTERM: a graceful stop of every node (each takes a
-          // final checkpoint); a second one kills them.
-          signal_all(children, forwarded == 0 ? SIGTERM : SIGKILL);
-          forwarded = stop_signals;
-        }
-        if (i < 0) continue;
-        if (forwarded == 0 && failed(children[i].status)) {
-          dead = &children[i];
-          break;
-        }
+      while (dead == nullptr && !all_exited(children)) {
+        for (size_t i : reap(children))
+          if (stop.signals == 0 && failed(children[i].status) && dead == nullptr)
+            dead = &children[i];
+        if (dead != nullptr || all_exited(children)) break;
+        // Ctrl-C / SIGTERM: a graceful stop of every node (each takes a
+        // final checkpoint); a second one kills them.
+        wait_for_event(children, watched, stop);
       }
       if (dead == nullptr) {
         bool any_failed = false;
@@ -155,12 +201,19 @@ int supervise(const supervisor_config& config, const std::vector<child_node>& no
                          ? ("all " + std::to_string(config.max_restarts) + " restarts used").c_str()
                          : "",
                      config.manifest.c_str());
-        stop_all(children);
+        stop_all(children, watched, stop);
         result = 1;
         goto done;
       }
       ++restarts;
-      stop_all(children);
+      stop_state restart_stop;
+      stop_all(children, watched, restart_stop);
+      if (restart_stop.signals > 1) {
+        // A stop signal came while the cluster was being stopped for the
+        // restart: no restart.
+        result = 1;
+        goto done;
+      }
       supervisor_config::resume_plan plan;
       if (config.resume_for_restart) plan = config.resume_for_restart();
       if (plan.args.empty()) plan.description = "from scratch (no complete checkpoint yet)";
@@ -174,8 +227,12 @@ int supervise(const supervisor_config& config, const std::vector<child_node>& no
     }
   }
 done:
-  ::sigaction(SIGINT, &old_int, nullptr);
-  ::sigaction(SIGTERM, &old_term, nullptr);
+  // A stop signal still pending came when every node had ended: nothing
+  // is left to stop, and the launcher returns its result.
+  const timespec now{0, 0};
+  while (::sigtimedwait(&watched, nullptr, &now) > 0) {
+  }
+  ::pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
   return result;
 }
 

@@ -11,13 +11,14 @@
 //    (`resume_for_restart()`; nothing if there is none yet: a fresh start),
 //    at most max_restarts times.
 //  - SIGINT / SIGTERM to the supervisor are forwarded to the children as
-//    SIGTERM (a node then stops gracefully: final checkpoint, drain); a
-//    second one sends SIGKILL.
+//    SIGTERM (a node then stops gracefully: final checkpoint, drain, at
+//    most 30 s); a second one sends SIGKILL, saying so, and so does a
+//    node still running 40 s after the SIGTERM. Every stop ends.
 //
-// Today a manifest describes one node; the supervisor already takes a list
-// so that multi-node launches (one process per node) reuse it. Runs on the
-// calling thread; installs SIGINT/SIGTERM handlers while it runs. Messages
-// go to stderr.
+// Runs on the calling thread; SIGINT, SIGTERM and SIGCHLD are blocked
+// while it runs and taken with sigtimedwait, so a signal arriving at any
+// moment is acted on (none is lost between a check and a wait). Children
+// start with the caller's mask. Messages go to stderr.
 #pragma once
 
 #include <cstdint>

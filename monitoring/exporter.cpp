@@ -208,4 +208,6 @@ void exporter::update_training(const actors::training_progress& progress) {
 
 void exporter::freeze(const actors::training_report& report) { impl_->metrics->freeze(report); }
 
+void exporter::detach() { impl_->metrics->detach(); }
+
 }  // namespace strata::monitoring

@@ -76,6 +76,9 @@ class exporter {
   // The run is over: serve the report's values (merged so that no counter
   // served before decreases) and stop asking actors.
   void freeze(const actors::training_report& report);
+  // The actor system is about to go (a failed run has no freeze()): stop
+  // asking its actors; scrapes serve the last snapshot from now on.
+  void detach();
 
   class collector;  // the prometheus::Collectable (exporter.cpp)
 
