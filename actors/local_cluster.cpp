@@ -64,6 +64,7 @@ struct heldout_result {
   double auc = 0;
   double logloss = 0;
   uint64_t examples = 0;
+  uint64_t bad_lines = 0;  // in the held-out window (the workers count theirs)
 };
 
 // Predicts the held-out window with the trained rows (pulled from their
@@ -120,6 +121,7 @@ expected<heldout_result> evaluate(caf::scoped_actor& self, const cluster_config&
     out.auc = model::auc(predictions, labels);
     out.logloss = model::logloss(predictions, labels);
   }
+  out.bad_lines = (*reader)->bad_lines().size();
   return out;
 }
 
@@ -218,6 +220,7 @@ expected<training_report> train(caf::actor_system& system, const cluster_config&
   report.heldout_auc = heldout->auc;
   report.heldout_logloss = heldout->logloss;
   report.heldout_examples = heldout->examples;
+  report.bad_lines += heldout->bad_lines;
 
   // Read after the evaluation (whose pulls the shards count too), so the
   // report and a node's final /metrics agree.

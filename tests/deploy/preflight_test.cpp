@@ -137,8 +137,10 @@ TEST(Preflight, LaunchCreatesTheTokenThenNamesTheMissingDataFile) {
 }
 
 // A one-node manifest of the count objective reading `data` (generated
-// when `rows` > 0), a checkpoint every 10 batches under dir/ckpt.
-fs::path one_node(const fs::path& dir, const fs::path& data, uint64_t rows = 0) {
+// when `rows` > 0), a checkpoint every 10 batches under dir/ckpt, the last
+// `heldout_fraction` of the examples held out.
+fs::path one_node(const fs::path& dir, const fs::path& data, uint64_t rows = 0,
+                  const std::string& heldout_fraction = "0") {
   const fs::path manifest = dir / "one.yaml";
   std::ofstream m(manifest);
   m << "name: one\nmode: async\npartitions: 16\nthreads: 2\n"
@@ -147,7 +149,8 @@ fs::path one_node(const fs::path& dir, const fs::path& data, uint64_t rows = 0) 
     << "model:\n  embedding_dim: 1\n  objective: count\n"
     << "shards:\n  count: 1\n  ssd_path: " << (dir / "state").string() << "\n  map_bytes: 64MiB\n"
     << "workers:\n  count: 1\n  batch_size: 16\n"
-    << "data:\n  path: " << data.string() << "\n  heldout_fraction: 0\n";
+    << "data:\n  path: " << data.string() << "\n  heldout_fraction: " << heldout_fraction
+    << "\n";
   if (rows > 0)
     m << "  generate:\n    rows: " << rows << "\n    distinct_keys: 1000\n    seed: 3\n";
   m << "checkpoint:\n  dir: " << (dir / "ckpt").string() << "\n  interval_batches: 10\n";
@@ -244,6 +247,36 @@ TEST(Preflight, ACheckpointFileLinkedToADeviceIsRefusedByVerifyAndResume) {
   const auto r = run_expecting_failure(
       dir.path(), {"launch", manifest.string(), "--resume", (dir.path() / "ckpt").string()}, 30);
   EXPECT_NE(r.err.find("is a character device, not a regular file"), std::string::npos) << r.err;
+}
+
+TEST(Report, BadLinesOfTheHeldOutWindowAreCounted) {
+  // Three bad labels among the last 50 lines (the held-out window): the
+  // report said "bad lines: 0" with 47 held-out examples.
+  temp_dir dir;
+  const fs::path data = dir.path() / "data.tsv";
+  const auto manifest = one_node(dir.path(), data, 500, "0.1");
+  {
+    strata_process gen({"launch", manifest.string()}, dir.path() / "out", dir.path() / "err");
+    auto st = gen.wait(120);
+    ASSERT_TRUE(st && WIFEXITED(*st) && WEXITSTATUS(*st) == 0) << gen.out() << gen.err();
+    EXPECT_NE(gen.out().find("bad lines: 0\n"), std::string::npos) << gen.out();
+  }
+  std::vector<std::string> lines;
+  {
+    std::ifstream in(data);
+    for (std::string line; std::getline(in, line);) lines.push_back(line);
+  }
+  ASSERT_EQ(lines.size(), 500u);
+  for (size_t i = 497; i < 500; ++i) lines[i][0] = '9';  // a label other than 0/1
+  {
+    std::ofstream out(data, std::ios::trunc);
+    for (const auto& l : lines) out << l << '\n';
+  }
+  strata_process run({"launch", manifest.string()}, dir.path() / "out2", dir.path() / "err2");
+  auto st = run.wait(120);
+  ASSERT_TRUE(st && WIFEXITED(*st) && WEXITSTATUS(*st) == 0) << run.out() << run.err();
+  EXPECT_NE(run.out().find("held-out examples: 47\n"), std::string::npos) << run.out();
+  EXPECT_NE(run.out().find("bad lines: 3\n"), std::string::npos) << run.out();
 }
 
 }  // namespace
