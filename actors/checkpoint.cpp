@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -11,6 +12,7 @@
 
 #include "actors/partition_map.hpp"
 #include "common/file_manifest.hpp"
+#include "common/io_env.hpp"
 #include "tiers/count_min.hpp"
 #include "tiers/lmdb_tier.hpp"
 
@@ -65,14 +67,17 @@ bool is_complete(const fs::path& dir) {
   return fs::is_regular_file(dir / file_manifest_name, ec);
 }
 
+errc code_of(int err) { return err == ENOSPC || err == EDQUOT ? errc::disk_full : errc::io_error; }
+
+// Through the io_env seam (common/io_env.hpp), so a failing fsync can be
+// injected.
 expected<void> fsync_file(const fs::path& p, bool directory) {
   const int fd = ::open(p.c_str(), directory ? O_RDONLY | O_DIRECTORY : O_RDONLY);
   if (fd < 0)
     return error(errc::io_error, p.string() + ": cannot open to sync: " + std::strerror(errno));
-  const int rc = ::fsync(fd);
-  const int e = errno;
+  const int e = io().fsync(fd, p.string());
   ::close(fd);
-  if (rc != 0) return error(errc::io_error, p.string() + ": fsync failed: " + std::strerror(e));
+  if (e != 0) return error(code_of(e), p.string() + ": fsync failed: " + std::strerror(e));
   return {};
 }
 
@@ -185,9 +190,9 @@ expected<void> write_incarnation_record(const fs::path& file, uint16_t incarnati
   const std::string text = "strata-incarnation " + std::to_string(incarnation) + "\n";
   auto written = write_file_synced(tmp, text.data(), text.size());
   if (!written) return written;
-  fs::rename(tmp, file, ec);
-  if (ec) return error(errc::io_error, tmp.string() + ": cannot rename to " + file.string() + ": " +
-                                           ec.message());
+  if (const int e = io().rename(tmp.string(), file.string()))
+    return error(code_of(e), tmp.string() + ": cannot rename to " + file.string() + ": " +
+                                 std::strerror(e));
   return fsync_file(file.parent_path(), true);
 }
 
@@ -205,13 +210,25 @@ fs::path shard_checkpoint_dir(const fs::path& checkpoint, uint32_t shard) {
 }
 
 expected<void> write_file_synced(const fs::path& file, const void* bytes, size_t size) {
-  {
-    std::ofstream out(file, std::ios::binary | std::ios::trunc);
-    out.write(static_cast<const char*>(bytes), static_cast<std::streamsize>(size));
-    out.flush();
-    if (!out) return error(errc::io_error, file.string() + ": cannot write");
+  const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    const int e = errno;
+    return error(code_of(e), file.string() + ": cannot create: " + std::strerror(e));
   }
-  return fsync_file(file, false);
+  int e = io().write(fd, bytes, size, file.string());
+  const char* what = "cannot write";
+  if (e == 0) {
+    e = io().fsync(fd, file.string());
+    what = "fsync failed";
+  }
+  if (::close(fd) != 0 && e == 0) {
+    e = errno;
+    what = "cannot close";
+  }
+  if (e != 0)
+    return error(code_of(e), file.string() + ": " + what + " (" + std::to_string(size) +
+                                 " bytes): " + std::strerror(e));
+  return {};
 }
 
 expected<void> sync_tree(const fs::path& dir) {

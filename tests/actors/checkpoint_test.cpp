@@ -265,43 +265,6 @@ TEST(Checkpoint, DamageIsDetectedAndNamed) {
   }
 }
 
-// key -> sightings in the batches before each worker's position, replayed
-// with the workers' own reader.
-std::map<uint64_t, float> sightings(const cluster_config& c,
-                                    const std::vector<uint64_t>& positions) {
-  std::map<uint64_t, float> counts;
-  for (size_t w = 0; w < c.workers.size(); ++w) {
-    auto source = open_reader_source(c.workers[w]);
-    EXPECT_TRUE(source) << source.err().to_string();
-    if (!source) continue;
-    for (uint64_t b = 0; b < positions.at(w); ++b) {
-      auto batch = (*source)->next(c.workers[w].batch_size);
-      if (!batch || batch->examples.empty()) break;
-      for (uint64_t k : batch->keys()) counts[k] += 1.0f;
-    }
-  }
-  return counts;
-}
-
-// The count objective in one process: every weight is its key's sightings.
-cluster_config count_cluster(const fs::path& data, const fs::path& dir, training_mode mode) {
-  auto c = small_cluster(data, dir / "state", dir / "ckpt", 2, 2, 2);
-  c.mode = mode;
-  c.pass_batches = 10;
-  c.gradients = gradient_kind::count;
-  c.table.optimizer = optimizer_config{};
-  c.table.optimizer.kind = optimizer_kind::sgd;
-  c.table.optimizer.learning_rate = 1.0f;
-  c.table.initializer.kind = initializer_kind::zeros;
-  c.table.layout = row_layout{c.model.row_dim(), optimizer_kind::sgd, true};
-  for (auto& s : c.shards) s.table = c.table;
-  for (auto& cc : c.caches) cc.table = c.table;
-  c.checkpoint.interval_batches = 10;
-  c.checkpoint.keep = 1000;
-  c.heldout = model::reader_config{};
-  return c;
-}
-
 // (5) Pass mode: checkpoints are cut at pass boundaries, after the caches'
 // write-back; each holds exactly the sightings before its positions (a
 // torn cut, with dirty rows still in a cache, would miss some).

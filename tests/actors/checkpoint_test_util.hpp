@@ -13,6 +13,7 @@
 
 #include "actors/checkpoint.hpp"
 #include "actors/coordinator_actor.hpp"
+#include "actors/worker_actor.hpp"
 #include "model/datagen.hpp"
 #include "tests/actors/training_test_util.hpp"
 #include "tiers/lmdb_tier.hpp"
@@ -113,6 +114,44 @@ inline std::map<uint64_t, std::vector<std::byte>> checkpoint_rows(
 inline std::vector<uint8_t> file_bytes(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// key -> sightings in the batches before each worker's position, replayed
+// with the workers' own reader.
+inline std::map<uint64_t, float> sightings(const cluster_config& c,
+                                    const std::vector<uint64_t>& positions) {
+  std::map<uint64_t, float> counts;
+  for (size_t w = 0; w < c.workers.size(); ++w) {
+    auto source = open_reader_source(c.workers[w]);
+    EXPECT_TRUE(source) << source.err().to_string();
+    if (!source) continue;
+    for (uint64_t b = 0; b < positions.at(w); ++b) {
+      auto batch = (*source)->next(c.workers[w].batch_size);
+      if (!batch || batch->examples.empty()) break;
+      for (uint64_t k : batch->keys()) counts[k] += 1.0f;
+    }
+  }
+  return counts;
+}
+
+// The count objective in one process: every weight is its key's sightings.
+inline cluster_config count_cluster(const fs::path& data, const fs::path& dir,
+                                    training_mode mode) {
+  auto c = small_cluster(data, dir / "state", dir / "ckpt", 2, 2, 2);
+  c.mode = mode;
+  c.pass_batches = 10;
+  c.gradients = gradient_kind::count;
+  c.table.optimizer = optimizer_config{};
+  c.table.optimizer.kind = optimizer_kind::sgd;
+  c.table.optimizer.learning_rate = 1.0f;
+  c.table.initializer.kind = initializer_kind::zeros;
+  c.table.layout = row_layout{c.model.row_dim(), optimizer_kind::sgd, true};
+  for (auto& s : c.shards) s.table = c.table;
+  for (auto& cc : c.caches) cc.table = c.table;
+  c.checkpoint.interval_batches = 10;
+  c.checkpoint.keep = 1000;
+  c.heldout = model::reader_config{};
+  return c;
 }
 
 }  // namespace strata::actors
