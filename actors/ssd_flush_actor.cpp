@@ -30,18 +30,23 @@ ssd_flush_actor::behavior_type flush_behavior(ssd_flush_actor::stateful_pointer<
         row_buffer none(tier.layout());
         const double start = self->state.clock->now_seconds();
         auto st = tier.store(rows.keys, rows_of(rows, tier.layout()), true, none);
+        if (st) return {seq, self->state.clock->now_seconds() - start};
         // Retried in place, so the next batch waits behind this one. A
         // failed transaction was aborted: LMDB holds the previous state.
+        const error first = st.err();
         for (int attempt = 1; !st && attempt < flush_attempts; ++attempt) {
           std::this_thread::sleep_for(std::chrono::milliseconds(flush_backoff_ms[attempt - 1]));
           st = tier.store(rows.keys, rows_of(rows, tier.layout()), true, none);
         }
-        if (!st)
-          return to_caf(error(st.err().code(), "flush batch " + std::to_string(seq) + " (" +
-                                                   std::to_string(rows.keys.size()) +
-                                                   " rows) failed " +
-                                                   std::to_string(flush_attempts) +
-                                                   " times: " + st.err().message()));
+        // The first failure is the cause (a full disk can leave LMDB's
+        // environment failed, so later attempts report that instead).
+        if (!st) {
+          std::string text = "flush batch " + std::to_string(seq) + " (" +
+                             std::to_string(rows.keys.size()) + " rows) failed " +
+                             std::to_string(flush_attempts) + " times: " + first.message();
+          if (st.err().message() != first.message()) text += "; last: " + st.err().message();
+          return to_caf(error(first.code(), text));
+        }
         return {seq, self->state.clock->now_seconds() - start};
       },
       [self](checkpoint_atom, const std::string& dir) -> caf::result<uint64_t> {

@@ -5,6 +5,7 @@
 #include "tiers/lmdb_tier.hpp"
 
 #include <lmdb.h>
+#include <sys/statvfs.h>
 
 #include <cerrno>
 #include <cstring>
@@ -35,6 +36,20 @@ error lmdb_error(int rc, const std::string& what, const std::filesystem::path& p
       return error{errc::disk_full, std::move(msg)};
     case MDB_TXN_FULL:
       return error{errc::capacity_exceeded, std::move(msg)};
+    case EIO: {
+      // LMDB turns a short write into EIO, and a full file system makes
+      // exactly that: a write that ran out of space part-way. Said as
+      // what it is when the path's file system has (almost) nothing left.
+      struct statvfs fs {};
+      if (::statvfs(path.c_str(), &fs) == 0 &&
+          uint64_t{fs.f_bavail} * fs.f_frsize < full_disk_bytes) {
+        msg += ": No space left on device (" +
+               std::to_string(uint64_t{fs.f_bavail} * fs.f_frsize) +
+               " bytes free on the file system of " + quoted(path) + ")";
+        return error{errc::disk_full, std::move(msg)};
+      }
+      return error{errc::io_error, std::move(msg)};
+    }
     case MDB_CORRUPTED:
     case MDB_PAGE_NOTFOUND:
     case MDB_INVALID:

@@ -88,7 +88,11 @@ inline uint64_t stored_version(const MDB_val& v) {
 
 inline std::string quoted(const std::filesystem::path& p) { return p.string(); }
 
+// Below this much free space an EIO from LMDB is reported as disk_full.
+inline constexpr uint64_t full_disk_bytes = uint64_t{1} << 20;
+
 // `what` names the table or the path; the path is added when it does not.
+// EIO on a full file system (LMDB's answer to a short write) is disk_full.
 error lmdb_error(int rc, const std::string& what, const std::filesystem::path& path);
 
 // The environment's storage operations through the fault-injection seam

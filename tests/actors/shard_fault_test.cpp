@@ -79,8 +79,6 @@ TEST_F(shard_fault_fixture, TransientFlushFailureIsRetriedInOrderAndLosesNothing
   const uint64_t k = 7;
   for (int i = 0; i < 5; ++i) push_held({k});  // K at v5, in DRAM
   push_held(range(100, 24));                   // K evicted: in the first batch out
-  auto first = h.call<tier_stats>(shard, stats_atom::value);
-  (void)first;
   push_held({k});                              // v6: back in DRAM
   push_held(range(200, 24));                   // evicted again: a later batch
   h.sched().run();                             // the flushes run; the first commit fails
@@ -116,7 +114,6 @@ TEST_F(shard_fault_fixture, PersistentFlushFailureFailStopsNamingShardPathAndCau
   EXPECT_EQ(faults.env().fired(), 4u);
   const auto before = h.call<tier_stats>(shard, stats_atom::value);
   for (auto* what : {"push", "pull", "drain"}) {
-    std::shared_ptr<actor_harness::answer<ok_atom>> ok;
     caf::error err;
     if (std::string(what) == "push") {
       auto a = h.ask<push_reply>(shard, push_atom::value, request(range(500, 40)));
