@@ -62,6 +62,15 @@ coordinator_actor::behavior_type coordinator_behavior(coordinator_pointer self, 
   st.positions = st.plan.positions;
   st.positions.resize(st.peers.workers.size(), 0);
   st.last_cut = st.positions;
+  // An exit (a linked shard's crash, the cluster's stop) answers every
+  // request still waiting first: a runner waiting for `run` with no timeout
+  // would otherwise wait forever for a coordinator that is gone.
+  self->set_exit_handler([self](caf::exit_msg& msg) {
+    if (!msg.reason || msg.reason == caf::exit_reason::normal) return;
+    fail(self, caf::make_error(caf::sec::runtime_error,
+                               "the coordinator stopped: " + self->system().render(msg.reason)));
+    self->quit(msg.reason);
+  });
   return {
       [self](checkpoint_atom) -> caf::typed_response_promise<std::string> {
         auto& s = self->state;

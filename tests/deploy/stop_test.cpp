@@ -20,7 +20,10 @@
 #include <thread>
 #include <vector>
 
+#include <caf/all.hpp>
+
 #include "actors/checkpoint.hpp"
+#include "actors/coordinator_actor.hpp"
 #include "deploy/admin_client.hpp"
 #include "deploy/supervisor.hpp"
 #include "tests/deploy/exact_sums.hpp"
@@ -255,6 +258,26 @@ TEST(Stop, AScaleFailingBeforeItsFenceIsAbandonedAndTrainingGoesOn) {
   auto st = node.wait_raw(60s);
   ASSERT_TRUE(st) << "no exit 60 s after POST /stop\n" << node.err();
   EXPECT_TRUE(WIFEXITED(*st) && WEXITSTATUS(*st) == 0) << node.err();
+}
+
+// A coordinator that exits (a linked shard's crash, an exit message)
+// answers the pending `run` with the reason: the runner waits for it with
+// no timeout, and used to wait forever (the node of issue 15 item 12).
+TEST(Stop, ACoordinatorThatExitsAnswersItsPendingRun) {
+  caf::actor_system_config cfg;
+  actors::add_message_types(cfg);
+  actors::add_training_message_types(cfg);
+  caf::actor_system system{cfg};
+  // No workers: a store, whose run answers only at a stop.
+  auto coordinator =
+      actors::spawn_coordinator(system, actors::training_mode::async, 0, actors::coordinator_peers{});
+  caf::scoped_actor self{system};
+  auto run = self->request(coordinator, std::chrono::seconds(30), actors::run_atom::value);
+  caf::anon_send_exit(coordinator, caf::exit_reason::user_shutdown);
+  std::string answer;
+  run.receive([&](const actors::training_summary&) { answer = "a summary"; },
+              [&](caf::error& err) { answer = system.render(err); });
+  EXPECT_NE(answer.find("the coordinator stopped"), std::string::npos) << answer;
 }
 
 // Issue 15 item 10: SIGTERM to the launcher at random moments of its start
