@@ -38,6 +38,7 @@
 #include "deploy/admin_server.hpp"
 #include "deploy/cache_backend_choice.hpp"
 #include "deploy/commands.hpp"
+#include "deploy/host_memory.hpp"
 #include "deploy/launch_data.hpp"
 #include "deploy/launch_report.hpp"
 #include "deploy/manifest.hpp"
@@ -162,6 +163,9 @@ int run_node(const std::string& path, const std::string& node, const std::string
   auto loaded = deploy::load_manifest(path);
   if (!loaded) return fail(loaded.err());
   deploy::manifest& m = *loaded;
+  // What this node allocates at start must fit this host: a named error
+  // instead of std::bad_alloc halfway through the start.
+  if (auto memory = deploy::check_host_memory(m, node); !memory) return fail(memory.err());
   // A manifest of several nodes: this process is one of them.
   std::unique_ptr<deploy::node_membership> member;
   if (m.nodes.size() > 1) {

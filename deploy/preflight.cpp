@@ -10,6 +10,7 @@
 #include <system_error>
 
 #include "common/regular_file.hpp"
+#include "deploy/host_memory.hpp"
 
 namespace strata::deploy {
 
@@ -98,8 +99,9 @@ status check_manifest_files(const manifest& m, std::ostream& out) {
                                       " does not exist (and the manifest has no data.generate)");
   // A device or FIFO as data would be read without end.
   if (!m.data.path.empty() && fs::exists(m.data.path, ec))
-    return check_regular_file(m.data.path, m.file.string() + ": data.path:");
-  return {};
+    STRATA_TRY(check_regular_file(m.data.path, m.file.string() + ": data.path:"));
+  // strata launch starts every node on this host.
+  return check_host_memory(m, "");
 }
 
 }  // namespace strata::deploy

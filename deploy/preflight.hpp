@@ -28,7 +28,9 @@ status ensure_admin_token_file(const manifest& m, std::ostream& out);
 
 // Checks every file the manifest needs before a node starts: the data file
 // (or its `data.generate` block; a regular file, not a device or FIFO), the admin token file (created when
-// admin.create_if_missing). Prints what it created to `out`.
+// admin.create_if_missing), and the memory every node allocates at start
+// against this host's (deploy/host_memory.hpp). Prints what it created to
+// `out`.
 status check_manifest_files(const manifest& m, std::ostream& out);
 
 }  // namespace strata::deploy

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "deploy/commands.hpp"
+#include "deploy/host_memory.hpp"
 #include "deploy/manifest.hpp"
 
 namespace strata::cli {
@@ -20,6 +21,9 @@ void add_validate_command(CLI::App& app, int& exit_code) {
       exit_code = 1;
       return;
     }
+    // The manifest may be meant for a larger host: a warning, not an error.
+    if (auto memory = deploy::check_host_memory(*m, ""); !memory)
+      std::cerr << "warning: " << memory.err().message() << '\n';
     std::cout << "ok\n";
   });
 }

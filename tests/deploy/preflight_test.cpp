@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "actors/checkpoint.hpp"
+#include "deploy/host_memory.hpp"
 #include "tests/deploy/process_util.hpp"
 #include "tests/tiers/test_util.hpp"
 
@@ -277,6 +278,66 @@ TEST(Report, BadLinesOfTheHeldOutWindowAreCounted) {
   ASSERT_TRUE(st && WIFEXITED(*st) && WEXITSTATUS(*st) == 0) << run.out() << run.err();
   EXPECT_NE(run.out().find("held-out examples: 47\n"), std::string::npos) << run.out();
   EXPECT_NE(run.out().find("bad lines: 3\n"), std::string::npos) << run.out();
+}
+
+// Manifests that validated but aborted `strata launch` in std::bad_alloc.
+TEST(HostMemory, LaunchRefusesWhatThisHostCannotHoldByName) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"model:\n  hidden: [65536, 65536, 65536]\n", "model.hidden [65536, 65536, 65536]"},
+      {"shards:\n  dram_bytes: 2TiB\n", "shards.dram_bytes 2.0 TiB x 1 shards: 2.0 TiB"},
+      {"caches:\n  sets: 67108864\n", "caches.sets 67108864 x 32 slots"},
+  };
+  for (const auto& [section, named] : cases) {
+    temp_dir dir;
+    const fs::path data = dir.path() / "d.tsv";
+    std::ofstream(data) << "1\t1\t2\t3\t4\t5\t6\t7\t8\t9\t10\t11\t12\t13"
+                        << "\ta\tb\tc\td\te\tf\tg\th\ti\tj\tk\tl\tm\tn\to\tp\tq"
+                        << "\tr\ts\tt\tu\tv\tw\tx\ty\tz\n";
+    std::string text = "name: big\n" + section + "data:\n  path: " + data.string() + "\n";
+    // The section may be shards: itself; ssd_path goes under it then.
+    if (section.rfind("shards:", 0) == 0)
+      text.insert(text.find("\n", text.find("shards:")) + 1,
+                  "  ssd_path: " + (dir.path() / "state").string() + "\n");
+    else
+      text += "shards:\n  ssd_path: " + (dir.path() / "state").string() + "\n";
+    const fs::path manifest = dir.path() / "big.yaml";
+    std::ofstream(manifest) << text;
+    auto parsed = load_manifest(manifest);
+    ASSERT_TRUE(parsed) << parsed.err().message();
+    auto memory = check_host_memory(*parsed, "");
+    ASSERT_FALSE(memory) << "this host holds " << section;
+    EXPECT_EQ(memory.err().code(), errc::capacity_exceeded);
+    for (const std::vector<std::string>& args :
+         {std::vector<std::string>{"launch", manifest.string()},
+          std::vector<std::string>{"node", "--manifest", manifest.string()}}) {
+      // Exits 1 (not a signal: no abort, no core) naming the field.
+      const auto r = run_expecting_failure(dir.path(), args, 60);
+      EXPECT_NE(r.err.find("big.yaml: this host cannot hold what"), std::string::npos) << r.err;
+      EXPECT_NE(r.err.find(named), std::string::npos) << r.err;
+      EXPECT_EQ(r.err.find("bad_alloc"), std::string::npos) << r.err;
+    }
+    // validate warns (the manifest may be meant for a larger host).
+    strata_process v({"validate", manifest.string()}, dir.path() / "vout", dir.path() / "verr");
+    auto st = v.wait(30);
+    ASSERT_TRUE(st && WIFEXITED(*st) && WEXITSTATUS(*st) == 0) << v.err();
+    EXPECT_NE(v.err().find("warning: " + manifest.string() + ": this host cannot hold"),
+              std::string::npos)
+        << v.err();
+  }
+}
+
+TEST(HostMemory, SparseReservationsAreNotCounted) {
+  // large.yaml reserves 1 TiB of LMDB map per shard (address space): it
+  // still fits a host of a few GiB.
+  auto m = load_manifest(fs::path(STRATA_EXAMPLES_DIR) / "large.yaml");
+  ASSERT_TRUE(m) << m.err().message();
+  uint64_t total = 0;
+  for (const auto& item : start_allocations(*m, "")) {
+    EXPECT_EQ(item.what.find("map_bytes"), std::string::npos) << item.what;
+    total += item.bytes;
+  }
+  EXPECT_LT(total, uint64_t{3} << 30);
+  EXPECT_GT(total, uint64_t{2} << 30);  // 8 shards x 256 MiB of DRAM tier, caches, dense
 }
 
 }  // namespace
