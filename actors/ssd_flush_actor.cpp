@@ -13,6 +13,9 @@ namespace {
 struct flush_state {
   std::unique_ptr<lmdb_tier> writer;
   const clock_source* clock = nullptr;
+  // A batch that failed every attempt: later batches are refused at once
+  // (nothing is written past a hole; the shard fail-stops).
+  caf::error failure;
   static inline const char* name = "ssd_flush";
 };
 
@@ -27,6 +30,7 @@ ssd_flush_actor::behavior_type flush_behavior(ssd_flush_actor::stateful_pointer<
         if (!well_formed(rows, tier.layout()))
           return caf::make_error(caf::sec::runtime_error,
                                  "malformed flush batch " + std::to_string(seq));
+        if (self->state.failure) return self->state.failure;
         row_buffer none(tier.layout());
         const double start = self->state.clock->now_seconds();
         auto st = tier.store(rows.keys, rows_of(rows, tier.layout()), true, none);
@@ -45,11 +49,13 @@ ssd_flush_actor::behavior_type flush_behavior(ssd_flush_actor::stateful_pointer<
                              std::to_string(rows.keys.size()) + " rows) failed " +
                              std::to_string(flush_attempts) + " times: " + first.message();
           if (st.err().message() != first.message()) text += "; last: " + st.err().message();
-          return to_caf(error(first.code(), text));
+          self->state.failure = to_caf(error(first.code(), text));
+          return self->state.failure;
         }
         return {seq, self->state.clock->now_seconds() - start};
       },
       [self](checkpoint_atom, const std::string& dir) -> caf::result<uint64_t> {
+        if (self->state.failure) return self->state.failure;
         lmdb_tier& tier = *self->state.writer;
         auto st = tier.sync();
         if (!st) return to_caf(st.err());
@@ -58,6 +64,7 @@ ssd_flush_actor::behavior_type flush_behavior(ssd_flush_actor::stateful_pointer<
         return uint64_t{tier.size()};
       },
       [self](erase_atom, const std::vector<uint32_t>& partitions) -> caf::result<uint64_t> {
+        if (self->state.failure) return self->state.failure;
         lmdb_tier& tier = *self->state.writer;
         std::vector<uint64_t> keys;
         for (uint32_t p : partitions) {
@@ -71,6 +78,7 @@ ssd_flush_actor::behavior_type flush_behavior(ssd_flush_actor::stateful_pointer<
         return uint64_t{keys.size()};
       },
       [self](drain_atom) -> caf::result<ok_atom> {
+        if (self->state.failure) return self->state.failure;
         auto st = self->state.writer->sync();
         if (!st) return to_caf(st.err());
         return ok_atom::value;
