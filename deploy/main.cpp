@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <cstdlib>
+#include <new>
 
 #include "common/io_env.hpp"
 #include "deploy/commands.hpp"
@@ -49,6 +50,18 @@ int main(int argc, char** argv) {
   strata::cli::add_admin_commands(app, exit_code);
   strata::cli::add_render_command(app, exit_code);
 
-  CLI11_PARSE(app, argc, argv);
+  // An allocation that fails on the command's own thread (a start the
+  // memory check did not foresee) is a named error, not an abort.
+  try {
+    CLI11_PARSE(app, argc, argv);
+  } catch (const std::bad_alloc&) {
+    const auto chosen = app.get_subcommands();
+    std::fflush(stdout);
+    std::fprintf(stderr,
+                 "strata %s: out of memory (an allocation failed while it ran; lower the "
+                 "manifest's memory sizes: model.hidden, shards.dram_bytes, caches.sets)\n",
+                 chosen.empty() ? "" : chosen.front()->get_name().c_str());
+    return 1;
+  }
   return exit_code;
 }

@@ -340,5 +340,30 @@ TEST(HostMemory, SparseReservationsAreNotCounted) {
   EXPECT_GT(total, uint64_t{2} << 30);  // 8 shards x 256 MiB of DRAM tier, caches, dense
 }
 
+TEST(HostMemory, AnAllocationFailureAtStartIsANamedError) {
+  // Address space capped below the 3 GiB DRAM tier the host itself could
+  // hold: the allocation fails at start. It aborted in std::bad_alloc.
+  temp_dir dir;
+  const fs::path data = dir.path() / "d.tsv";
+  std::ofstream(data) << "0 1:1:1\n";
+  const fs::path manifest = dir.path() / "cap.yaml";
+  std::ofstream(manifest) << "name: cap\nmodel:\n  slots: 1\nshards:\n  ssd_path: " << (dir.path() / "state").string()
+                          << "\n  dram_bytes: 3GiB\n  map_bytes: 64MiB\ndata:\n  format: libffm\n"
+                          << "  path: " << data.string() << "\n";
+  child_process p("/bin/sh",
+                  {"-c", std::string("ulimit -v 2500000 && exec ") + STRATA_BINARY +
+                             " node --manifest " + manifest.string()},
+                  {}, child_output{dir.path() / "out", dir.path() / "err"});
+  auto st = p.wait_raw(std::chrono::seconds(60));
+  ASSERT_TRUE(st) << "strata node did not end";
+  ASSERT_TRUE(WIFEXITED(*st)) << "ended by signal " << WTERMSIG(*st) << ": " << p.err();
+  EXPECT_EQ(WEXITSTATUS(*st), 1) << p.err();
+  // Where this host has less than 3 GiB left, the memory check refuses first.
+  const bool named = p.err().find("strata node: out of memory") != std::string::npos ||
+                     p.err().find("this host cannot hold") != std::string::npos;
+  EXPECT_TRUE(named) << p.err();
+  EXPECT_EQ(p.err().find("terminate called"), std::string::npos) << p.err();
+}
+
 }  // namespace
 }  // namespace strata::deploy
