@@ -78,6 +78,7 @@ int launch(const std::string& path, bool resume, const std::string& resume_dir) 
     plan.description = "from checkpoint " + latest->string();
     return plan;
   };
+  sc.resume_hint = [&m, path] { return detail::resume_hint(m, path); };
   std::error_code ec;
   auto self = fs::read_symlink("/proc/self/exe", ec);
   if (ec) {

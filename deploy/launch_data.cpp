@@ -91,6 +91,32 @@ expected<std::vector<fs::path>> resume_candidates(const fs::path& dir) {
   return all;
 }
 
+std::string resume_hint(const deploy::manifest& m, const std::string& path) {
+  std::error_code ec;
+  if (!m.generate && !fs::exists(m.data.path, ec))
+    return "A resume needs the data file " + m.data.path.string() +
+           " (data.path), which does not exist: restore it, then strata launch " + path +
+           " --resume";
+  const fs::path root = m.cluster.checkpoint.directory;
+  if (root.empty())
+    return "No checkpoint to resume from (the manifest has no checkpoint.dir): start again with "
+           "strata launch " + path;
+  auto all = actors::complete_checkpoints(root);
+  std::string damaged;
+  for (auto it = all.rbegin(); it != all.rend(); ++it) {
+    auto verified = actors::verify_checkpoint(*it, &m.cluster.table, m.cluster.partitions);
+    if (verified)
+      return "Resume from the latest complete checkpoint (" + it->filename().string() +
+             ") with: strata launch " + path + " --resume";
+    if (damaged.empty()) damaged = verified.err().message();
+  }
+  if (all.empty())
+    return "No complete checkpoint under " + root.string() +
+           " yet: a resume cannot help; start again with strata launch " + path;
+  return "No checkpoint under " + root.string() + " verifies (" + damaged +
+         "): a resume cannot help; start again with strata launch " + path;
+}
+
 expected<void> prepare_data(deploy::manifest& m, const std::string& path, const std::string& node,
                             bool coordinator_here) {
   std::error_code ec;

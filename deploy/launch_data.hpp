@@ -29,6 +29,13 @@ expected<void> clear_shard_state(const deploy::manifest& m, const std::vector<bo
 // back to the one before).
 expected<std::vector<std::filesystem::path>> resume_candidates(const std::filesystem::path& dir);
 
+// What the launcher says after a node failed and the cluster stopped: the
+// `--resume` command only when a resume could work (the data file is there,
+// or can be generated, and a complete checkpoint under checkpoint.dir
+// verifies, newest first as a resume tries them); otherwise what stands in
+// the way. `path`: the manifest as given on the command line.
+std::string resume_hint(const deploy::manifest& m, const std::string& path);
+
 // Generates the data if asked and absent, and cuts the training and
 // held-out windows (printed).
 // Data absent on a node that does not run the coordinator is an error.

@@ -191,16 +191,19 @@ int supervise(const supervisor_config& config, const std::vector<child_node>& no
       }
       const std::string how = describe_exit(dead->status);
       if (!config.restart || restarts >= config.max_restarts) {
+        const std::string hint =
+            config.resume_hint ? config.resume_hint()
+                               : "Resume from the latest complete checkpoint with: strata launch " +
+                                     config.manifest + " --resume";
         std::fprintf(stderr,
                      "strata launch: node '%s' (pid %d) %s; stopping the cluster "
-                     "(checkpoint.on_failure: %s%s). Resume from the latest complete checkpoint "
-                     "with: strata launch %s --resume\n",
+                     "(checkpoint.on_failure: %s%s). %s\n",
                      dead->node->name.c_str(), static_cast<int>(dead->pid), how.c_str(),
                      config.restart ? "restart, " : "stop",
                      config.restart
                          ? ("all " + std::to_string(config.max_restarts) + " restarts used").c_str()
                          : "",
-                     config.manifest.c_str());
+                     hint.c_str());
         stop_all(children, watched, stop);
         result = 1;
         goto done;

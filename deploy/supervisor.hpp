@@ -47,6 +47,9 @@ struct supervisor_config {
     std::string description;  // "from checkpoint ckpt/ckpt-000000000004"
   };
   std::function<resume_plan()> resume_for_restart;
+  // After a failure that stops the cluster: what to do next (the --resume
+  // command only when a resume could work). Empty: the generic hint.
+  std::function<std::string()> resume_hint;
 };
 
 // Runs the children until all exit; returns the launcher's exit code.

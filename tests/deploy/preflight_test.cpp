@@ -193,6 +193,9 @@ TEST(Preflight, ADataFileOfBlankLinesIsAnErrorNamingIt) {
   const auto r = run_expecting_failure(dir.path(), {"launch", manifest.string()});
   EXPECT_NE(r.err.find("data.path: " + data.string() + " has no examples"), std::string::npos)
       << r.err;
+  // No checkpoint exists: the launcher does not suggest a resume.
+  EXPECT_EQ(r.err.find(" --resume"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("a resume cannot help"), std::string::npos) << r.err;
 }
 
 TEST(Preflight, AStopEndsTheCountOfAHugeDataFile) {
@@ -248,6 +251,32 @@ TEST(Preflight, ACheckpointFileLinkedToADeviceIsRefusedByVerifyAndResume) {
   const auto r = run_expecting_failure(
       dir.path(), {"launch", manifest.string(), "--resume", (dir.path() / "ckpt").string()}, 30);
   EXPECT_NE(r.err.find("is a character device, not a regular file"), std::string::npos) << r.err;
+  // Every checkpoint is damaged: no --resume suggestion, the reason instead.
+  EXPECT_EQ(r.err.find("--resume\n"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("verifies (") , std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("a resume cannot help"), std::string::npos) << r.err;
+}
+
+TEST(Preflight, AFailureAfterAGoodCheckpointSuggestsTheResume) {
+  // The node fails on its data after a run left good checkpoints: the
+  // --resume suggestion names the checkpoint a resume would take.
+  temp_dir dir;
+  const fs::path data = dir.path() / "data.tsv";
+  const auto manifest = one_node(dir.path(), data, 500);
+  {
+    strata_process train({"launch", manifest.string()}, dir.path() / "out", dir.path() / "err");
+    auto st = train.wait(120);
+    ASSERT_TRUE(st && WIFEXITED(*st) && WEXITSTATUS(*st) == 0) << train.out() << train.err();
+  }
+  auto latest = actors::latest_checkpoint(dir.path() / "ckpt");
+  ASSERT_TRUE(latest);
+  std::ofstream(data, std::ios::trunc) << "\n\n";
+  const auto r = run_expecting_failure(dir.path(), {"launch", manifest.string()});
+  EXPECT_NE(r.err.find("Resume from the latest complete checkpoint (" +
+                       latest->filename().string() + ") with: strata launch " +
+                       manifest.string() + " --resume"),
+            std::string::npos)
+      << r.err;
 }
 
 TEST(Report, BadLinesOfTheHeldOutWindowAreCounted) {
