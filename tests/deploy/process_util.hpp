@@ -29,8 +29,10 @@ using namespace process_detail;
 // whole process group (the launcher and its nodes) and reaps it.
 class strata_process : public child_process {
  public:
-  strata_process(const std::vector<std::string>& args, const fs::path& out, const fs::path& err)
-      : child_process(STRATA_BINARY, args, {}, child_output{out, err}) {}
+  // `env`: NAME=value entries added to the child's environment.
+  strata_process(const std::vector<std::string>& args, const fs::path& out, const fs::path& err,
+                 const std::vector<std::string>& env = {})
+      : child_process(STRATA_BINARY, args, env, child_output{out, err}) {}
   // The raw wait status once the process ended, polling until `seconds` pass.
   std::optional<int> wait(double seconds) {
     return wait_raw(std::chrono::duration_cast<std::chrono::milliseconds>(

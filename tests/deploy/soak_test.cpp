@@ -6,7 +6,9 @@
 // of the batches before its positions (tests/deploy/exact_sums.hpp, the
 // independent oracle), positions never go back, a SIGTERM ends the run
 // within 30 s, and the last checkpoint holds every batch. The seed and every
-// injected point are printed; STRATA_SOAK_SEED replays a run.
+// injected point are printed; STRATA_SOAK_SEED replays a run. Once a cycle
+// a shard's disk fills (STRATA_FAULT ENOSPC at a random LMDB commit): the
+// node fail-stops naming the shard, and the resume is exact.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -166,6 +168,43 @@ class soak {
     return !::testing::Test::HasFailure();
   }
 
+  // A resumed run whose shard `shard` finds its disk full from its
+  // `commit`th LMDB commit on (STRATA_FAULT, common/io_env.hpp): the shard
+  // fail-stops, the node exits non-zero naming it, and the latest
+  // checkpoint still holds exact sums.
+  bool fault_round(int n) {
+    const fs::path d = dir_.path();
+    std::uniform_int_distribution<uint32_t> pick_shard(0, shards_ - 1);
+    std::uniform_int_distribution<int> pick_commit(5, 120);
+    const uint32_t shard = pick_shard(rng_);
+    const int commit = pick_commit(rng_);
+    const fs::path path = d / "state" / ("shard-" + std::to_string(shard));
+    const std::string fault =
+        "STRATA_FAULT=lmdb_commit:" + std::to_string(commit) + "+:ENOSPC:" + path.string();
+    std::printf("[ soak ] round %d: %s\n", n, fault.c_str());
+    std::fflush(stdout);
+    const std::string tag = std::to_string(n);
+    strata_process launcher({"launch", manifest_.string(), "--resume"}, d / ("out" + tag),
+                            d / ("err" + tag), {fault});
+    auto status = launcher.wait(120);
+    EXPECT_TRUE(status) << "round " << n << ": no exit after the disk filled\n" << launcher.err();
+    if (!status) return false;
+    const std::string all = launcher.out() + launcher.err();
+    if (WIFEXITED(*status) && WEXITSTATUS(*status) == 0 &&
+        all.find("injected fault") == std::string::npos) {
+      std::printf("[ soak ] round %d: the run finished before commit %d\n", n, commit);
+      check_latest(n);
+      finished_ = true;
+      return false;
+    }
+    EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) != 0) << all;
+    EXPECT_NE(all.find("shard " + std::to_string(shard) + " fail-stopped"), std::string::npos)
+        << all;
+    EXPECT_NE(all.find(path.string()), std::string::npos) << all;
+    check_latest(n);
+    return !::testing::Test::HasFailure();
+  }
+
   // Lets a resumed run finish; the last checkpoint holds every batch.
   bool finish(strata_process& launcher) {
     auto status = launcher.wait(300);
@@ -269,8 +308,13 @@ TEST(Soak, StopsAtRandomPointsOfTrainingScalingAndCheckpointsLoseNothing) {
   };
   int n = 0;
   for (int cycle = 0; cycle < 2 && !s.finished() && !HasFailure(); ++cycle)
-    for (const auto& st : steps)
+    for (const auto& st : steps) {
       if (!s.round(n++, st.kind, st.point, st.scale_to, st.scale_commits)) break;
+      // A full disk once per cycle, after the checkpoint stops.
+      if (st.point == stop_point::checkpoint && st.kind == stop_kind::sigkill &&
+          !s.fault_round(n++))
+        break;
+    }
   if (!s.finished() && !HasFailure()) s.last_round(n);
   EXPECT_TRUE(s.finished()) << "seed " << seed;
 }
