@@ -1,3 +1,4 @@
+#include "actors/error.hpp"
 #include "actors/coordinator_actor.hpp"
 
 #include <algorithm>
@@ -68,7 +69,7 @@ coordinator_actor::behavior_type coordinator_behavior(coordinator_pointer self, 
   self->set_exit_handler([self](caf::exit_msg& msg) {
     if (!msg.reason || msg.reason == caf::exit_reason::normal) return;
     fail(self, caf::make_error(caf::sec::runtime_error,
-                               "the coordinator stopped: " + self->system().render(msg.reason)));
+                               "the coordinator stopped: " + describe(self->system(), msg.reason)));
     self->quit(msg.reason);
   });
   return {

@@ -1,3 +1,4 @@
+#include "actors/error.hpp"
 #include "actors/local_cluster.hpp"
 
 #include <caf/all.hpp>
@@ -25,7 +26,7 @@ double seconds_since(clock_type::time_point start) {
 }
 
 error from_caf(caf::actor_system& system, const caf::error& err, const std::string& what) {
-  return error(errc::io_error, what + ": " + system.render(err));
+  return error(code_of(system, err, errc::io_error), what + ": " + describe(system, err));
 }
 
 // How long a step of the runner after training (the map, a held-out pull,

@@ -1,3 +1,4 @@
+#include "actors/error.hpp"
 #include "deploy/admin_api.hpp"
 
 #include <algorithm>
@@ -36,9 +37,7 @@ response error_reply(const request& req, http::status status, const std::string&
 
 // The text of a caf::error: its string context if it has one.
 std::string message_of(caf::actor_system& system, const caf::error& err) {
-  const auto& context = err.context();
-  if (context.match_elements<std::string>()) return context.get_as<std::string>(0);
-  return system.render(err);
+  return actors::describe(system, err);
 }
 
 // A request value quoted in an error: scalars as JSON, containers by their

@@ -238,7 +238,7 @@ void relay(caf::event_based_actor* self, const std::shared_ptr<node_bridge>& bri
           [self, bridge, peer, id](caf::error& e) {
             bridge->reply(
                 peer, id, frame_type::reply_error,
-                encode_payload("node '" + bridge->name() + "': " + self->system().render(e)));
+                encode_payload("node '" + bridge->name() + "': " + actors::describe(self->system(), e)));
           });
 }
 

@@ -394,5 +394,23 @@ TEST(HostMemory, AnAllocationFailureAtStartIsANamedError) {
   EXPECT_EQ(p.err().find("terminate called"), std::string::npos) << p.err();
 }
 
+TEST(Errors, AFailedRunPrintsThePlainMessageNotCafsWrapper) {
+  // Every LMDB commit fails with ENOSPC (common/io_env.hpp): the shard
+  // fail-stops and the node names the error as strata wrote it, not as
+  // "system_error(runtime_error, (...))".
+  temp_dir dir;
+  const auto manifest = one_node(dir.path(), dir.path() / "data.tsv", 500);
+  child_process p(STRATA_BINARY, {"launch", manifest.string()},
+                  {"STRATA_FAULT=lmdb_commit:1+:ENOSPC"},
+                  child_output{dir.path() / "out", dir.path() / "err"});
+  auto st = p.wait_raw(std::chrono::seconds(120));
+  ASSERT_TRUE(st) << "launch did not end";
+  EXPECT_TRUE(WIFEXITED(*st) && WEXITSTATUS(*st) == 1) << p.err();
+  EXPECT_NE(p.err().find("strata node: training: shard 0 fail-stopped"), std::string::npos)
+      << p.err();
+  EXPECT_NE(p.err().find("disk_full: "), std::string::npos) << p.err();
+  EXPECT_EQ(p.err().find("system_error("), std::string::npos) << p.err();
+}
+
 }  // namespace
 }  // namespace strata::deploy
