@@ -85,6 +85,28 @@ TEST(StorageFault, EnospcAtAFlushCommitFailStopsTheNodeAndResumeIsExact) {
                                      "disk_full: flush batch 200 (");
 }
 
+// The same fault under checkpoint.on_failure: restart: the launcher
+// restarts the cluster from the last complete checkpoint (the restarted
+// node counts commits afresh and finishes before its 250th), and training
+// ends with every key's exact total.
+TEST(StorageFault, FailStopUnderRestartPolicyRecoversFromTheLastCheckpoint) {
+  auto s = make_setup("restart", 60000, 40);
+  const fs::path shard = s->dir.path() / "state" / "shard-1";
+  auto r = run(STRATA_BINARY, {"launch", s->manifest.string()},
+               {"STRATA_FAULT=lmdb_commit:250-253:ENOSPC:" + shard.string()}, s->dir.path(),
+               "launch", 180);
+  const std::string all = r.out + r.err;
+  EXPECT_EQ(r.status, 0) << all;
+  EXPECT_NE(all.find("shard 1 fail-stopped (LMDB " + shard.string() + ")"), std::string::npos)
+      << all;
+  EXPECT_NE(r.err.find("restarting the cluster from checkpoint"), std::string::npos) << r.err;
+  const std::string from = resumed_from(r.out);
+  ASSERT_FALSE(from.empty()) << r.out;
+  check_exact_sums(s->manifest, from);
+  EXPECT_EQ(sum(check_exact_sums(s->manifest, *actors::latest_checkpoint(s->checkpoints))),
+            total_batches(s->manifest));
+}
+
 // EIO at the LMDB copy of the 5th checkpoint: that checkpoint fails with an
 // error naming the copy's path; the 4th stays complete and loadable, and a
 // resume from it is exact.
