@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "actors/push_gate.hpp"
 #include "common/clock.hpp"
 #include "model/ctr_model.hpp"
 #include "model/reader.hpp"
@@ -139,6 +140,9 @@ struct cluster_config {
   uint32_t threads = 0;           // CAF scheduler threads; 0: hardware concurrency
   gradient_kind gradients = gradient_kind::ctr;
   checkpoint_settings checkpoint;
+  // The gate of clients' pushes through the gateway (actors/push_gate.hpp),
+  // shared by the gateway and the coordinator; null: no gateway.
+  std::shared_ptr<push_gate> client_pushes;
   // Filled by restore_checkpoint (actors/checkpoint.hpp); defaults for a
   // fresh start.
   uint16_t incarnation = 0;             // rows created get (incarnation, 0) versions

@@ -34,6 +34,7 @@
 #include <optional>
 #include <vector>
 
+#include "actors/push_gate.hpp"
 #include "actors/config.hpp"
 #include "actors/local_cluster.hpp"
 #include "actors/partition_map.hpp"
@@ -66,6 +67,9 @@ struct coordinator_peers {
   std::vector<shard_actor> shards;
   dense_actor dense;  // its record goes into checkpoints
   shard_factory factory;
+  // Clients' pushes (the gateway): closed before the final cut, which waits
+  // for the pushes inside (actors/push_gate.hpp). Null: none.
+  std::shared_ptr<push_gate> client_pushes;
 };
 
 // What the coordinator needs to take checkpoints (docs/checkpoints.md).

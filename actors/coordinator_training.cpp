@@ -190,11 +190,44 @@ void take_checkpoint(coordinator_pointer self, std::function<void()> resume) {
 // before the drain begins.
 void end_training_now(coordinator_pointer self);
 
+// Clients' pushes (the gateway) stop before the final cut: the gate is
+// closed (new pushes are refused as "stopping"), and the pushes already
+// inside are applied before `next` — so every acknowledged push is in the
+// final checkpoint and the drain. The wait blocks, so it runs on a thread
+// of its own, never on the scheduler's.
+void after_client_pushes(coordinator_pointer self, std::function<void()> next) {
+  auto gate = self->state.peers.client_pushes;
+  if (!gate) {
+    next();
+    return;
+  }
+  gate->close();
+  auto waiter = self->home_system().spawn<caf::detached>(
+      [gate](caf::event_based_actor*) -> caf::behavior {
+        return {[gate](drain_atom) {
+          gate->wait_idle();
+          return ok_atom::value;
+        }};
+      });
+  self->request(waiter, caf::infinite, drain_atom::value)
+      .then(
+          [self, next, waiter](ok_atom) {
+            caf::anon_send_exit(waiter, caf::exit_reason::user_shutdown);
+            if (!self->state.failed) next();
+          },
+          [self, waiter](caf::error& err) {
+            caf::anon_send_exit(waiter, caf::exit_reason::user_shutdown);
+            fail(self, std::move(err));
+          });
+}
+
 void end_training(coordinator_pointer self) {
-  // A scale in progress commits first, so the final checkpoint and the
-  // drain see the new map.
-  at_cut(
-      self, [self] { end_training_now(self); }, true);
+  // Clients' pushes end first; a scale in progress commits next, so the
+  // final checkpoint and the drain see the new map.
+  after_client_pushes(self, [self] {
+    at_cut(
+        self, [self] { end_training_now(self); }, true);
+  });
 }
 
 void end_training_now(coordinator_pointer self) {

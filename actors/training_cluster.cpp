@@ -184,7 +184,8 @@ expected<training_cluster> spawn_training_cluster(caf::actor_system& system,
   };
   cluster.coordinator = spawn_coordinator(
       system, config.mode, config.pass_batches,
-      coordinator_peers{cluster.workers, cluster.caches, cluster.shards, cluster.dense, factory},
+      coordinator_peers{cluster.workers, cluster.caches, cluster.shards, cluster.dense, factory,
+                        config.client_pushes},
       std::move(sink), std::move(plan));
   return cluster;
 }

@@ -378,9 +378,12 @@ int run_node(const std::string& path, const std::string& node, const std::string
   std::unique_ptr<serving::training_gateway> gateway_service;
   std::unique_ptr<serving::binary_server> gateway;
   std::unique_ptr<serving::transport_endpoint> gateway_ucx;
+  // Its pushes pass a gate the coordinator closes before the final cut.
+  if (m.gateway.port != 0) m.cluster.client_pushes = std::make_shared<actors::push_gate>();
   auto start_gateway = [&](caf::actor_system& system, const actors::training_cluster& cluster) {
     if (m.gateway.port == 0) return;
     serving::gateway_config gc;
+    gc.pushes = c.client_pushes;
     gc.table = c.table.name;
     gc.layout = c.table.layout;
     gc.accepts_push = c.mode == actors::training_mode::async;

@@ -142,6 +142,13 @@ status training_gateway::push(const std::string& table, uint32_t dim,
                                              std::to_string(keys.size()) + " keys of dim " +
                                              std::to_string(dim));
   if (keys.empty()) return {};
+  // Inside the gate until applied: the final cut waits for this push.
+  actors::push_gate::pass inside(config_.pushes.get());
+  if (!inside.entered())
+    return error(errc::unavailable,
+                 "push to table '" + table +
+                     "': the cluster is stopping (its final checkpoint and drain are under "
+                     "way); pushes are no longer taken");
   caf::scoped_actor self{system_};
   auto r = current_routing(self);
   if (!r) return r.err();

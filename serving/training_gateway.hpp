@@ -8,7 +8,10 @@
 //   their versions;
 // - push: gradients (n x dim) applied by the owning shards' optimizer,
 //   reduced per key, answered once every shard has applied its part (an
-//   acknowledged push survives a graceful stop). Async mode only: in pass
+//   acknowledged push survives a graceful stop: the coordinator stops
+//   taking pushes before its final checkpoint and drain, and those already
+//   taken are applied first — a push after that answers "stopping").
+//   Async mode only: in pass
 //   mode the cache tiers own the rows during a pass;
 // - prefetch: warms the keys' rows into the shards' DRAM tiers.
 //
@@ -28,6 +31,7 @@
 #include <string>
 
 #include "actors/partition_map.hpp"
+#include "actors/push_gate.hpp"
 #include "actors/training_protocol.hpp"
 #include "serving/service.hpp"
 #include "tiers/row.hpp"
@@ -41,6 +45,9 @@ struct gateway_config {
   uint32_t max_request_keys = 1u << 20;
   std::chrono::milliseconds timeout{60000};  // per shard request
   std::chrono::milliseconds routing_refresh{1000};
+  // The coordinator closes it before its final cut: pushes then answer
+  // "stopping" (errc::unavailable). Null: pushes are always taken.
+  std::shared_ptr<actors::push_gate> pushes;
 };
 
 class training_gateway : public lookup_service {

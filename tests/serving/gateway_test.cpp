@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 
 #include <boost/asio.hpp>
+#include <atomic>
 #include <chrono>
 #include <fstream>
 #include <thread>
@@ -170,6 +171,78 @@ TEST(Gateway, PushesAreAppliedExactlyAndSurviveAGracefulStop) {
     EXPECT_EQ(resumed->weights[2 * dim + e], -float(threads * rounds));
     EXPECT_EQ(resumed->weights[3 * dim + e], -float(threads * rounds));
   }
+  again.process->signal(SIGTERM);
+  EXPECT_EQ(again.process->wait_exit(60s), 0) << again.process->output();
+}
+
+// Issue 15 item 4: clients push continuously while a SIGTERM ends the run.
+// The gateway stops taking pushes before the final checkpoint and drain
+// ("stopping"), so every acknowledged push is in the final checkpoint —
+// resumed, each key is exactly minus its acknowledged pushes — and none
+// acknowledged after it is lost.
+TEST(Gateway, EveryPushAcknowledgedBeforeTheStopIsInTheFinalCheckpoint) {
+  testing::temp_dir dir;
+  const uint16_t port = testing::free_port();
+  const auto manifest = dir.path() / "store.yaml";
+  std::ofstream(manifest) << store_manifest(dir.path(), port);
+  store_node s;
+  start(s, manifest, port);
+  ASSERT_TRUE(s.client);
+  s.client.reset();
+
+  constexpr int threads = 4;
+  std::atomic<bool> go{true};
+  std::atomic<int> started{0};
+  std::vector<int> acked(threads, 0);
+  std::vector<std::string> refusals(threads);
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t)
+    pool.emplace_back([&, t] {
+      client::client_options o;
+      o.replicas = {{"127.0.0.1", port}};
+      auto mine = client::serving_client::connect(o);
+      ++started;
+      if (!mine) return;
+      // Keys of both shards, one pair per thread.
+      const std::vector<uint64_t> k = {uint64_t(100 + 2 * t), uint64_t(101 + 2 * t)};
+      const std::vector<float> g(2 * dim, 1.0f);
+      while (go) {
+        auto pushed = mine->push("emb", k, g);
+        if (!pushed) {
+          refusals[t] = pushed.err().to_string();
+          return;
+        }
+        ++acked[t];
+      }
+    });
+  while (started < threads) std::this_thread::sleep_for(1ms);
+  std::this_thread::sleep_for(300ms);
+  s.process->signal(SIGTERM);
+  auto rc = s.process->wait_exit(60s);
+  go = false;
+  for (auto& t : pool) t.join();
+  ASSERT_TRUE(rc) << s.process->output();
+  EXPECT_EQ(*rc, 0) << s.process->output();
+  int total = 0;
+  for (int t = 0; t < threads; ++t) {
+    EXPECT_GT(acked[t], 0) << "thread " << t << ": " << refusals[t];
+    total += acked[t];
+  }
+  ASSERT_GT(total, 0);
+
+  store_node again;
+  start(again, manifest, port, {"--resume", (dir.path() / "ckpt").string()});
+  ASSERT_TRUE(again.client);
+  for (int t = 0; t < threads; ++t) {
+    const std::vector<uint64_t> k = {uint64_t(100 + 2 * t), uint64_t(101 + 2 * t)};
+    auto rows = again.client->lookup("emb", k);
+    ASSERT_TRUE(rows) << rows.err().to_string();
+    for (float w : rows->weights)
+      EXPECT_EQ(w, -float(acked[t])) << "thread " << t << ": " << acked[t]
+                                     << " pushes acknowledged (last refusal: " << refusals[t]
+                                     << ")";
+  }
+  again.client.reset();
   again.process->signal(SIGTERM);
   EXPECT_EQ(again.process->wait_exit(60s), 0) << again.process->output();
 }
