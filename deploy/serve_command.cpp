@@ -90,9 +90,11 @@ int serve(const std::string& path, const std::string& port_file) {
   } else {
     cache = std::make_unique<cpu_cache>(layout, geometry);
   }
+  // Storage failures keep their code in front ("disk_full: ..."): what a
+  // full serving disk is must not read as a plain I/O error.
   auto store = serving::serving_store::open(sc, std::move(cache));
-  if (!store) return fail(store.err().message());
-  if (auto ok = (*store)->load_checkpoint(*checkpoint); !ok) return fail(ok.err().message());
+  if (!store) return fail(store.err().to_string());
+  if (auto ok = (*store)->load_checkpoint(*checkpoint); !ok) return fail(ok.err().to_string());
   const auto loaded = (*store)->stats();
 
   serving::serving_service service({s.max_request_keys});

@@ -412,5 +412,36 @@ TEST(Errors, AFailedRunPrintsThePlainMessageNotCafsWrapper) {
   EXPECT_EQ(p.err().find("system_error("), std::string::npos) << p.err();
 }
 
+TEST(Errors, ServeOnAFullDiskSaysDiskFull) {
+  // The serving LMDB copy on a 48 KiB tmpfs (a private mount namespace):
+  // the load fails with disk_full, not as an I/O error.
+  temp_dir dir;
+  const auto manifest = one_node(dir.path(), dir.path() / "data.tsv", 500);
+  {
+    strata_process train({"launch", manifest.string()}, dir.path() / "out", dir.path() / "err");
+    auto st = train.wait(120);
+    ASSERT_TRUE(st && WIFEXITED(*st) && WEXITSTATUS(*st) == 0) << train.out() << train.err();
+  }
+  const fs::path small = dir.path() / "small";
+  fs::create_directories(small);
+  std::ofstream(manifest, std::ios::app) << "serving:\n  lmdb_path: " << (small / "serving").string()
+                                         << "\n";
+  const std::string unshare_flags = ::geteuid() == 0 ? "-m" : "-rm";
+  const std::string script =
+      "mount -t tmpfs -o size=48k tmpfs \"$0\" || exit 77; exec \"$1\" serve \"$2\"";
+  child_process p("unshare",
+                  {unshare_flags, "sh", "-c", script, small.string(), STRATA_BINARY,
+                   manifest.string()},
+                  {}, child_output{dir.path() / "sout", dir.path() / "serr"});
+  auto st = p.wait_raw(std::chrono::seconds(60));
+  ASSERT_TRUE(st) << "serve did not end";
+  ASSERT_TRUE(WIFEXITED(*st)) << p.err();
+  if (WEXITSTATUS(*st) == 77 || p.err().find("unshare:") != std::string::npos)
+    GTEST_SKIP() << "cannot mount a tmpfs in a private mount namespace: " << p.err();
+  EXPECT_EQ(WEXITSTATUS(*st), 1) << p.err();
+  EXPECT_NE(p.err().find("strata serve: disk_full: "), std::string::npos) << p.err();
+  EXPECT_NE(p.err().find("No space left on device"), std::string::npos) << p.err();
+}
+
 }  // namespace
 }  // namespace strata::deploy
