@@ -1,7 +1,11 @@
 // Files a manifest needs, checked before any node starts: secret files
 // created when the manifest allows it (random, mode 0600), missing ones
 // named with their field, and `strata launch` failing before it starts a
-// node process.
+// node process. And bad input and bounded resources at start (issue 15):
+// devices and files without examples refused, a stop ending the data
+// count, damaged checkpoints named, the memory a manifest needs checked
+// against the host, what the launcher suggests after a failure, errors
+// printed as strata wrote them.
 #include "deploy/preflight.hpp"
 
 #include <gtest/gtest.h>
