@@ -9,7 +9,8 @@ namespace strata::serving {
 namespace {
 
 error from_caf(caf::actor_system& system, const caf::error& err, const std::string& what) {
-  return error(errc::unavailable, what + ": " + system.render(err));
+  return error(actors::code_of(system, err, errc::unavailable),
+               what + ": " + actors::describe(system, err));
 }
 
 // The keys each shard owns, with their positions in the request.
