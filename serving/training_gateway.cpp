@@ -33,6 +33,42 @@ std::vector<shard_keys> split_by_shard(const actors::partition_map& map,
   return out;
 }
 
+// "3 keys: 5, 9, 12" (at most the first 256 listed).
+std::string key_list(const std::vector<uint64_t>& keys) {
+  constexpr size_t listed = 256;
+  std::string out = std::to_string(keys.size()) + (keys.size() == 1 ? " key" : " keys");
+  for (size_t i = 0; i < keys.size() && i < listed; ++i)
+    out += (i == 0 ? ": " : ", ") + std::to_string(keys[i]);
+  if (keys.size() > listed) out += ", ... (" + std::to_string(keys.size() - listed) + " more)";
+  return out;
+}
+
+// What a push that failed at shard part `failed` did: the parts before it
+// were applied, the failed one may or may not have been (a timed-out
+// request can still apply), the rest were not sent.
+std::string partial_push(const std::vector<shard_keys>& parts, size_t failed) {
+  std::vector<uint64_t> applied, not_sent;
+  std::string applied_shards, not_sent_shards;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (i == failed) continue;
+    auto& keys = i < failed ? applied : not_sent;
+    auto& shards = i < failed ? applied_shards : not_sent_shards;
+    keys.insert(keys.end(), parts[i].keys.begin(), parts[i].keys.end());
+    shards += (shards.empty() ? "" : ", ") + std::to_string(parts[i].shard);
+  }
+  std::string out = "; the push was applied only in part (applied: ";
+  out += applied.empty() ? std::string("nothing")
+                         : "shard" + std::string(failed > 1 ? "s " : " ") + applied_shards + " (" +
+                               key_list(applied) + ")";
+  out += "; unknown (the failed request may still apply): shard " +
+         std::to_string(parts[failed].shard) + " (" + key_list(parts[failed].keys) + ")";
+  out += "; not sent: " + (not_sent.empty() ? std::string("nothing")
+                                            : "shards " + not_sent_shards + " (" +
+                                                  key_list(not_sent) + ")");
+  out += "); re-sending the whole push would apply the applied keys twice";
+  return out;
+}
+
 }  // namespace
 
 training_gateway::training_gateway(caf::actor_system& system,
@@ -154,9 +190,11 @@ status training_gateway::push(const std::string& table, uint32_t dim,
   auto r = current_routing(self);
   if (!r) return r.err();
   std::optional<error> failure;
-  for (auto& part : split_by_shard(r->map, keys)) {
+  const auto parts = split_by_shard(r->map, keys);
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const auto& part = parts[i];
     actors::push_request req;
-    req.keys = std::move(part.keys);
+    req.keys = part.keys;
     req.grads.reserve(part.positions.size() * dim);
     for (uint32_t pos : part.positions)
       req.grads.insert(req.grads.end(), grads.begin() + size_t{pos} * dim,
@@ -167,7 +205,9 @@ status training_gateway::push(const std::string& table, uint32_t dim,
                  [&](caf::error& e) {
                    failure = from_caf(system_, e, "gateway: push to shard " + std::to_string(s));
                  });
-    if (failure) return *failure;
+    // A push spanning shards can fail part-way: say exactly what was
+    // applied, so a client never re-sends what already landed.
+    if (failure) return error(failure->code(), failure->message() + partial_push(parts, i));
   }
   return {};
 }
