@@ -37,7 +37,13 @@ expected<uint32_t> file_crc32c(const std::filesystem::path& file, uint64_t* byte
   // Only a regular file: a checkpoint file replaced by a link to a device
   // (/dev/zero) would be read forever.
   auto fd = open_regular_file(file, "file");
-  if (!fd) return fd.err();
+  if (!fd) {
+    // Not a regular file where one was listed: the checkpoint is damaged
+    // (so a resume falls back to the one before).
+    if (fd.err().code() == errc::invalid_argument)
+      return error{errc::corrupt_data, fd.err().message()};
+    return fd.err();
+  }
   std::FILE* f = ::fdopen(*fd, "rb");
   if (f == nullptr) {
     const int e = errno;
@@ -99,6 +105,11 @@ expected<std::vector<manifest_entry>> write_file_manifest(const std::filesystem:
 
 expected<std::vector<manifest_entry>> verify_file_manifest(const std::filesystem::path& dir) {
   const auto list = dir / file_manifest_name;
+  // A FILES that is a device (a link to /dev/zero) would be read forever.
+  if (auto regular = check_regular_file(list, "checkpoint file list"); !regular) {
+    if (regular.err().code() == errc::invalid_argument)
+      return error{errc::corrupt_data, regular.err().message()};
+  }
   std::ifstream in(list);
   if (!in)
     return error{errc::not_found,

@@ -243,7 +243,26 @@ TEST(Preflight, ACheckpointFileLinkedToADeviceIsRefusedByVerifyAndResume) {
   }
   auto latest = actors::latest_checkpoint(dir.path() / "ckpt");
   ASSERT_TRUE(latest);
+  {
+    // Only the newest damaged: a resume names it and falls back.
+    fs::remove(*latest / "shard-0" / "data.mdb");
+    fs::create_symlink("/dev/zero", *latest / "shard-0" / "data.mdb");
+    strata_process resumed(
+        {"launch", manifest.string(), "--resume", (dir.path() / "ckpt").string()},
+        dir.path() / "rout", dir.path() / "rerr");
+    auto st = resumed.wait(60);
+    ASSERT_TRUE(st && WIFEXITED(*st) && WEXITSTATUS(*st) == 0) << resumed.err();
+    EXPECT_NE(resumed.err().find("checkpoint " + latest->string() + " is damaged"),
+              std::string::npos)
+        << resumed.err();
+    EXPECT_NE(resumed.err().find("falling back to the previous complete checkpoint"),
+              std::string::npos)
+        << resumed.err();
+  }
+  latest = actors::latest_checkpoint(dir.path() / "ckpt");
+  ASSERT_TRUE(latest);
   for (const auto& ckpt : actors::complete_checkpoints(dir.path() / "ckpt")) {
+    if (fs::is_symlink(ckpt / "shard-0" / "data.mdb")) continue;
     fs::remove(ckpt / "shard-0" / "data.mdb");
     fs::create_symlink("/dev/zero", ckpt / "shard-0" / "data.mdb");
   }
@@ -259,6 +278,15 @@ TEST(Preflight, ACheckpointFileLinkedToADeviceIsRefusedByVerifyAndResume) {
   EXPECT_EQ(r.err.find("--resume\n"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("verifies (") , std::string::npos) << r.err;
   EXPECT_NE(r.err.find("a resume cannot help"), std::string::npos) << r.err;
+  // The file list itself linked to the device: refused as damage too.
+  fs::remove(*latest / "FILES");
+  fs::create_symlink("/dev/zero", *latest / "FILES");
+  const auto f =
+      run_expecting_failure(dir.path(), {"checkpoint", "verify", latest->string()}, 30);
+  EXPECT_NE(f.err.find("corrupt_data: checkpoint file list " + (*latest / "FILES").string() +
+                       " is a character device"),
+            std::string::npos)
+      << f.err;
 }
 
 TEST(Preflight, AFailureAfterAGoodCheckpointSuggestsTheResume) {
