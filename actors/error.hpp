@@ -41,9 +41,9 @@ inline std::string describe(caf::actor_system& system, const caf::error& err) {
 // that it survives the trip through an actor; `fallback` otherwise.
 inline errc code_of(caf::actor_system& system, const caf::error& err, errc fallback) {
   const std::string text = describe(system, err);
-  for (errc c : {errc::invalid_argument, errc::io_error, errc::disk_full, errc::corrupt_data,
-                 errc::format_mismatch, errc::not_found, errc::capacity_exceeded,
-                 errc::unavailable}) {
+  for (errc c :
+       {errc::invalid_argument, errc::io_error, errc::disk_full, errc::corrupt_data,
+        errc::format_mismatch, errc::not_found, errc::capacity_exceeded, errc::unavailable}) {
     const std::string_view name = to_string(c);
     if (text.size() > name.size() + 1 && text.compare(0, name.size(), name) == 0 &&
         text[name.size()] == ':')

@@ -40,8 +40,7 @@ uint64_t dense_floats(const model::model_config& c) {
 
 std::string hidden_list(const std::vector<uint32_t>& hidden) {
   std::string out = "[";
-  for (size_t i = 0; i < hidden.size(); ++i)
-    out += (i ? ", " : "") + std::to_string(hidden[i]);
+  for (size_t i = 0; i < hidden.size(); ++i) out += (i ? ", " : "") + std::to_string(hidden[i]);
   return out + "]";
 }
 
@@ -143,17 +142,19 @@ expected<host_memory> available_memory() {
       }
     }
     if (!found)
-      return error(errc::unavailable, "/proc/meminfo: no MemAvailable line (cannot tell the "
-                                      "memory this host has)");
+      return error(errc::unavailable,
+                   "/proc/meminfo: no MemAvailable line (cannot tell the "
+                   "memory this host has)");
   }
   // cgroup v2, then v1: a limit below what the host has left.
   struct limit_files {
     const char* limit;
     const char* usage;
   };
-  for (const limit_files f : {limit_files{"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"},
-                              limit_files{"/sys/fs/cgroup/memory/memory.limit_in_bytes",
-                                          "/sys/fs/cgroup/memory/memory.usage_in_bytes"}}) {
+  for (const limit_files f :
+       {limit_files{"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"},
+        limit_files{"/sys/fs/cgroup/memory/memory.limit_in_bytes",
+                    "/sys/fs/cgroup/memory/memory.usage_in_bytes"}}) {
     const auto limit = cgroup_value(f.limit);
     if (!limit) continue;
     const uint64_t usage = cgroup_value(f.usage).value_or(0);
@@ -176,9 +177,9 @@ status check_host_memory(const manifest& m, const std::string& node) {
   if (total <= available->bytes) return {};
   std::ostringstream text;
   text << m.file.string() << ": this host cannot hold what "
-       << (node.empty() ? "the manifest" : "node '" + node + "'") << " allocates at start: "
-       << approximate_size(total) << " needed, " << approximate_size(available->bytes)
-       << " available (" << available->source << "):";
+       << (node.empty() ? "the manifest" : "node '" + node + "'")
+       << " allocates at start: " << approximate_size(total) << " needed, "
+       << approximate_size(available->bytes) << " available (" << available->source << "):";
   for (const auto& i : items) text << "\n  " << i.what << ": " << approximate_size(i.bytes);
   text << "\n(lower these sizes, or start on a larger host; LMDB's map_bytes is not counted)";
   return error(errc::capacity_exceeded, text.str());

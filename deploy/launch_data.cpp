@@ -100,7 +100,8 @@ std::string resume_hint(const deploy::manifest& m, const std::string& path) {
   const fs::path root = m.cluster.checkpoint.directory;
   if (root.empty())
     return "No checkpoint to resume from (the manifest has no checkpoint.dir): start again with "
-           "strata launch " + path;
+           "strata launch " +
+           path;
   auto all = actors::complete_checkpoints(root);
   std::string damaged;
   for (auto it = all.rbegin(); it != all.rend(); ++it) {

@@ -25,8 +25,7 @@ expected<std::string> random_hex_secret(const std::string& where) {
   while (got < sizeof bytes) {
     const ssize_t n = ::getrandom(bytes + got, sizeof bytes - got, 0);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0)
-      return error(errc::io_error, where + ": no random bytes: " + std::strerror(errno));
+    if (n <= 0) return error(errc::io_error, where + ": no random bytes: " + std::strerror(errno));
     got += static_cast<size_t>(n);
   }
   static constexpr char digits[] = "0123456789abcdef";
@@ -56,8 +55,8 @@ expected<bool> ensure_secret_file(const fs::path& file, bool create_if_missing,
   if (file.has_parent_path()) {
     fs::create_directories(file.parent_path(), ec);
     if (ec)
-      return error(errc::io_error, where + ": cannot create " + file.parent_path().string() +
-                                       ": " + ec.message());
+      return error(errc::io_error,
+                   where + ": cannot create " + file.parent_path().string() + ": " + ec.message());
   }
   auto secret = random_hex_secret(where);
   if (!secret) return secret.err();

@@ -2,6 +2,8 @@
 // bad-line policy (line_reader), and a parser per format.
 #include "model/reader.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
@@ -9,8 +11,6 @@
 #include <cstdio>
 #include <cstring>
 #include <unordered_map>
-
-#include <unistd.h>
 
 #include "common/regular_file.hpp"
 #include "model/features.hpp"
@@ -45,7 +45,8 @@ class line_source {
     if (file_ == nullptr) {
       const int e = errno;
       ::close(*fd);
-      return error(errc::io_error, "cannot open data file " + path.string() + ": " + std::strerror(e));
+      return error(errc::io_error,
+                   "cannot open data file " + path.string() + ": " + std::strerror(e));
     }
     path_ = path.string();
     buffer_.resize(chunk_size);

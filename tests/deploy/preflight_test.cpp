@@ -57,9 +57,9 @@ TEST(SecretFile, MissingWithoutPermissionNamesFieldAndPath) {
   const fs::path file = dir.path() / "absent.token";
   auto r = ensure_secret_file(file, false, "m.yaml: admin.token_file");
   ASSERT_FALSE(r);
-  EXPECT_NE(r.err().message().find("m.yaml: admin.token_file: " + file.string() +
-                                   " does not exist"),
-            std::string::npos)
+  EXPECT_NE(
+      r.err().message().find("m.yaml: admin.token_file: " + file.string() + " does not exist"),
+      std::string::npos)
       << r.err().message();
   EXPECT_NE(r.err().message().find("create_if_missing: true"), std::string::npos);
   EXPECT_FALSE(fs::exists(file));
@@ -89,7 +89,8 @@ TEST(Preflight, CreateIfMissingNeedsATokenFile) {
 std::string two_nodes(const fs::path& d, bool create) {
   std::ostringstream m;
   m << "name: pre\nnodes:\n"
-    << "  - name: a\n    host: 127.0.0.1\n    transport_port: 1\n    ssd_path: " << (d / "a").string()
+    << "  - name: a\n    host: 127.0.0.1\n    transport_port: 1\n    ssd_path: "
+    << (d / "a").string()
     << "\n  - name: b\n    host: 127.0.0.1\n    transport_port: 2\n    ssd_path: "
     << (d / "b").string() << "\nshards:\n  ssd_path: " << (d / "state").string()
     << "\ndata:\n  path: " << (d / "missing.tsv").string() << "\nadmin:\n  port: 7999\n"
@@ -154,8 +155,7 @@ fs::path one_node(const fs::path& dir, const fs::path& data, uint64_t rows = 0,
     << "model:\n  embedding_dim: 1\n  objective: count\n"
     << "shards:\n  count: 1\n  ssd_path: " << (dir / "state").string() << "\n  map_bytes: 64MiB\n"
     << "workers:\n  count: 1\n  batch_size: 16\n"
-    << "data:\n  path: " << data.string() << "\n  heldout_fraction: " << heldout_fraction
-    << "\n";
+    << "data:\n  path: " << data.string() << "\n  heldout_fraction: " << heldout_fraction << "\n";
   if (rows > 0)
     m << "  generate:\n    rows: " << rows << "\n    distinct_keys: 1000\n    seed: 3\n";
   m << "checkpoint:\n  dir: " << (dir / "ckpt").string() << "\n  interval_batches: 10\n";
@@ -181,8 +181,7 @@ TEST(Preflight, ADeviceAsDataFileIsRefusedByName) {
             std::string::npos)
       << r.err;
   // `strata node` (no launcher preflight) and a manifest that is a device.
-  const auto n =
-      run_expecting_failure(dir.path(), {"node", "--manifest", manifest.string()}, 30);
+  const auto n = run_expecting_failure(dir.path(), {"node", "--manifest", manifest.string()}, 30);
   EXPECT_NE(n.err.find("/dev/zero is a character device"), std::string::npos) << n.err;
   const auto v = run_expecting_failure(dir.path(), {"validate", "/dev/zero"}, 30);
   EXPECT_NE(v.err.find("manifest /dev/zero is a character device"), std::string::npos) << v.err;
@@ -268,21 +267,19 @@ TEST(Preflight, ACheckpointFileLinkedToADeviceIsRefusedByVerifyAndResume) {
   }
   const std::string named =
       (*latest / "shard-0" / "data.mdb").string() + " is a character device, not a regular file";
-  const auto v =
-      run_expecting_failure(dir.path(), {"checkpoint", "verify", latest->string()}, 30);
+  const auto v = run_expecting_failure(dir.path(), {"checkpoint", "verify", latest->string()}, 30);
   EXPECT_NE(v.err.find(named), std::string::npos) << v.err;
   const auto r = run_expecting_failure(
       dir.path(), {"launch", manifest.string(), "--resume", (dir.path() / "ckpt").string()}, 30);
   EXPECT_NE(r.err.find("is a character device, not a regular file"), std::string::npos) << r.err;
   // Every checkpoint is damaged: no --resume suggestion, the reason instead.
   EXPECT_EQ(r.err.find("--resume\n"), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("verifies (") , std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("verifies ("), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("a resume cannot help"), std::string::npos) << r.err;
   // The file list itself linked to the device: refused as damage too.
   fs::remove(*latest / "FILES");
   fs::create_symlink("/dev/zero", *latest / "FILES");
-  const auto f =
-      run_expecting_failure(dir.path(), {"checkpoint", "verify", latest->string()}, 30);
+  const auto f = run_expecting_failure(dir.path(), {"checkpoint", "verify", latest->string()}, 30);
   EXPECT_NE(f.err.find("corrupt_data: checkpoint file list " + (*latest / "FILES").string() +
                        " is a character device"),
             std::string::npos)
@@ -304,10 +301,10 @@ TEST(Preflight, AFailureAfterAGoodCheckpointSuggestsTheResume) {
   ASSERT_TRUE(latest);
   std::ofstream(data, std::ios::trunc) << "\n\n";
   const auto r = run_expecting_failure(dir.path(), {"launch", manifest.string()});
-  EXPECT_NE(r.err.find("Resume from the latest complete checkpoint (" +
-                       latest->filename().string() + ") with: strata launch " +
-                       manifest.string() + " --resume"),
-            std::string::npos)
+  EXPECT_NE(
+      r.err.find("Resume from the latest complete checkpoint (" + latest->filename().string() +
+                 ") with: strata launch " + manifest.string() + " --resume"),
+      std::string::npos)
       << r.err;
 }
 
@@ -408,7 +405,8 @@ TEST(HostMemory, AnAllocationFailureAtStartIsANamedError) {
   const fs::path data = dir.path() / "d.tsv";
   std::ofstream(data) << "0 1:1:1\n";
   const fs::path manifest = dir.path() / "cap.yaml";
-  std::ofstream(manifest) << "name: cap\nmodel:\n  slots: 1\nshards:\n  ssd_path: " << (dir.path() / "state").string()
+  std::ofstream(manifest) << "name: cap\nmodel:\n  slots: 1\nshards:\n  ssd_path: "
+                          << (dir.path() / "state").string()
                           << "\n  dram_bytes: 3GiB\n  map_bytes: 64MiB\ndata:\n  format: libffm\n"
                           << "  path: " << data.string() << "\n";
   child_process p("/bin/sh",
@@ -456,15 +454,15 @@ TEST(Errors, ServeOnAFullDiskSaysDiskFull) {
   }
   const fs::path small = dir.path() / "small";
   fs::create_directories(small);
-  std::ofstream(manifest, std::ios::app) << "serving:\n  lmdb_path: " << (small / "serving").string()
-                                         << "\n";
+  std::ofstream(manifest, std::ios::app)
+      << "serving:\n  lmdb_path: " << (small / "serving").string() << "\n";
   const std::string unshare_flags = ::geteuid() == 0 ? "-m" : "-rm";
   const std::string script =
       "mount -t tmpfs -o size=48k tmpfs \"$0\" || exit 77; exec \"$1\" serve \"$2\"";
-  child_process p("unshare",
-                  {unshare_flags, "sh", "-c", script, small.string(), STRATA_BINARY,
-                   manifest.string()},
-                  {}, child_output{dir.path() / "sout", dir.path() / "serr"});
+  child_process p(
+      "unshare",
+      {unshare_flags, "sh", "-c", script, small.string(), STRATA_BINARY, manifest.string()}, {},
+      child_output{dir.path() / "sout", dir.path() / "serr"});
   auto st = p.wait_raw(std::chrono::seconds(60));
   ASSERT_TRUE(st) << "serve did not end";
   ASSERT_TRUE(WIFEXITED(*st)) << p.err();

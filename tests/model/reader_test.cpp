@@ -446,7 +446,8 @@ TEST(Reader, BadLinesAreCountedInTheWindowTheyLieIn) {
   // held-out window after it: each counts only its own bad line.
   strata::testing::temp_dir dir;
   std::string text;
-  for (int i = 1; i <= 12; ++i) text += (i == 3 || i == 9) ? "2 1:1:1\n" : "1 1:" + std::to_string(i) + ":1\n";
+  for (int i = 1; i <= 12; ++i)
+    text += (i == 3 || i == 9) ? "2 1:1:1\n" : "1 1:" + std::to_string(i) + ":1\n";
   write_file(dir.path() / "d.ffm", text);
   reader_config train;
   train.format = data_format::libffm;

@@ -6,10 +6,10 @@
 #include <array>
 #include <cstring>
 #include <filesystem>
-#include <string>
-#include <vector>
 #include <fstream>
 #include <iterator>
+#include <string>
+#include <vector>
 
 #include "tests/transport/frame_check.hpp"
 #include "transport/codec.hpp"
@@ -20,9 +20,9 @@ namespace {
 // A message element 8 bytes on the wire but 80 bytes in memory.
 struct wide_element {
   uint64_t key = 0;
-  std::string name;                      // 8 bytes when empty
-  std::vector<float> values;             // 8 bytes when empty
-  std::array<uint64_t, 5> padding{};     // not encoded: memory only
+  std::string name;                   // 8 bytes when empty
+  std::vector<float> values;          // 8 bytes when empty
+  std::array<uint64_t, 5> padding{};  // not encoded: memory only
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, wide_element& x) {
