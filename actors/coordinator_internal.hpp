@@ -4,6 +4,7 @@
 // coordinator_scale.cpp (scaling: copy, fence, commit).
 #pragma once
 
+#include <atomic>
 #include <caf/all.hpp>
 #include <chrono>
 #include <functional>
@@ -70,8 +71,13 @@ struct coordinator_state {
     std::function<void()> resume;  // a final cut waiting for the commit
     scale_result result;
     caf::typed_response_promise<scale_result> promise;
+    std::string copy_failure;  // a source's copy failed: abandoned once all answered
   };
   std::optional<scaling_job> scaling;
+  // Abandoned scales whose new shards' files are not removed yet (counted
+  // down on the exiting shards' threads).
+  std::shared_ptr<std::atomic<uint32_t>> removals_pending =
+      std::make_shared<std::atomic<uint32_t>>(0);
   bool ended = false;  // the run answered (or failed)
 };
 

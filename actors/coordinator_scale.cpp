@@ -1,5 +1,6 @@
 // The coordinator's scaling (docs/scaling.md): spawn the new shards, copy
 // the moving partitions, fence and commit the new map at a cut.
+#include <algorithm>
 #include <atomic>
 #include <caf/all.hpp>
 #include <memory>
@@ -108,11 +109,91 @@ void at_cut(coordinator_pointer self, std::function<void()> next, bool final) {
   fence_and_commit(self, std::move(next));
 }
 
+// The new shards [first, end) of a scale that is abandoned: unlinked (their
+// exit must not take the coordinator with them) and told to exit; their
+// directories (up to end - 1: a spawn that failed half way) are removed
+// once every one has exited and closed its environment (a spawn that failed
+// for want of file descriptors leaves none to remove them with before
+// that). Until then a new scale is refused: it would reuse the names.
+void retire_new_shards(coordinator_pointer self, const std::vector<shard_actor>& shards,
+                       uint32_t first, uint32_t end) {
+  auto& s = self->state;
+  auto remove = s.peers.factory.remove_files;
+  auto pending = s.removals_pending;
+  ++*pending;
+  const uint32_t spawned = std::min<uint32_t>(end, static_cast<uint32_t>(shards.size()));
+  auto left = std::make_shared<std::atomic<uint32_t>>(spawned > first ? spawned - first : 0);
+  auto remove_all = [remove, pending, first, end] {
+    if (remove)
+      for (uint32_t j = first; j < end; ++j) remove(j);
+    --*pending;
+  };
+  if (*left == 0) {
+    remove_all();
+    return;
+  }
+  for (uint32_t j = first; j < spawned; ++j) {
+    self->unlink_from(shards[j]);
+    caf::actor_cast<caf::actor>(shards[j])->attach_functor([left, remove_all] {
+      if (--*left == 0) remove_all();
+    });
+    caf::anon_send_exit(shards[j], caf::exit_reason::user_shutdown);
+  }
+}
+
+// A copy failed (before the fence; every source has answered): the scale
+// is abandoned. The old map is committed at a new epoch, so every source
+// forgets its migration and a destination drops what it was sent of
+// partitions it does not own; the new shards go; the request gets the
+// error and training goes on (a final cut waiting for the scale resumes).
+void abandon_scale(coordinator_pointer self) {
+  auto& s = self->state;
+  auto& job = *s.scaling;
+  job.committing = true;  // no fence for this one
+  const uint32_t current = static_cast<uint32_t>(s.peers.shards.size());
+  retire_new_shards(self, job.shards, current, static_cast<uint32_t>(job.shards.size()));
+  const partition_map same(s.plan.map.epoch() + 1, s.plan.map.owners(), current);
+  const routing_table table = routing_of(same, s.peers.shards);
+  auto acks = std::make_shared<size_t>(s.peers.shards.size() + s.peers.caches.size());
+  auto done = [self, same] {
+    auto& s = self->state;
+    if (!s.scaling) return;
+    s.plan.map = same;
+    auto job = std::move(*s.scaling);
+    s.scaling.reset();
+    job.promise.deliver(caf::make_error(
+        caf::sec::runtime_error,
+        "cannot scale cluster '" + s.plan.cluster + "' to " + std::to_string(job.next.shards()) +
+            " shards: copying partitions failed (the scale is abandoned; " +
+            std::to_string(same.shards()) + " shards keep training at map epoch " +
+            std::to_string(same.epoch()) + "): " + job.copy_failure));
+    if (job.resume) job.resume();
+  };
+  auto ack = [self, acks, done] {
+    if (self->state.failed) return;
+    if (--*acks == 0) done();
+  };
+  if (*acks == 0) {
+    done();
+    return;
+  }
+  for (const auto& shard : s.peers.shards)
+    self->request(shard, caf::infinite, commit_atom::value, table)
+        .then([ack](ok_atom) { ack(); }, [self](caf::error& err) { fail(self, std::move(err)); });
+  for (const auto& cache : s.peers.caches)
+    self->request(cache, caf::infinite, map_atom::value, table)
+        .then([ack](ok_atom) { ack(); }, [self](caf::error& err) { fail(self, std::move(err)); });
+}
+
 // The copies of every source are acknowledged: commit now if no training
 // is running (or a final cut waits), else at the next cut.
 void copies_done(coordinator_pointer self) {
   auto& s = self->state;
   auto& job = *s.scaling;
+  if (!job.copy_failure.empty()) {
+    abandon_scale(self);
+    return;
+  }
   job.copied = true;
   if (job.resume) {
     auto next = std::move(job.resume);
@@ -138,6 +219,8 @@ caf::typed_response_promise<scale_result> start_scale(coordinator_pointer self, 
   if (s.scaling)
     return refuse("a scale to " + std::to_string(s.scaling->next.shards()) +
                   " shards is in progress");
+  if (*s.removals_pending != 0)
+    return refuse("the shards of an abandoned scale are still being removed; try again");
   if (target == 0) return refuse("at least one shard is needed");
   if (target > partitions)
     return refuse("only " + std::to_string(partitions) + " partitions to spread");
@@ -153,27 +236,9 @@ caf::typed_response_promise<scale_result> start_scale(coordinator_pointer self, 
   for (uint32_t i = current; i < target; ++i) {
     auto spawned = s.peers.factory.spawn(i);
     if (!spawned) {
-      // Abandoned before anything moved: the new shards go (unlinked
-      // first: their exit must not take the coordinator with them) with
-      // their files, the half-made one's too; the map stays, training
-      // goes on.
-      // The files go once every new shard has exited and closed its
-      // environment (a spawn that failed for want of file descriptors
-      // leaves none to remove them with before that).
-      auto remove = s.peers.factory.remove_files;
-      auto left = std::make_shared<std::atomic<uint32_t>>(i - current);
-      auto remove_all = [remove, current, i] {
-        if (!remove) return;
-        for (uint32_t j = current; j <= i; ++j) remove(j);
-      };
-      if (i == current) remove_all();
-      for (uint32_t j = current; j < i; ++j) {
-        self->unlink_from(job.shards[j]);
-        caf::actor_cast<caf::actor>(job.shards[j])->attach_functor([left, remove_all] {
-          if (--*left == 0) remove_all();
-        });
-        caf::anon_send_exit(job.shards[j], caf::exit_reason::user_shutdown);
-      }
+      // Abandoned before anything moved: the new shards go with their
+      // files, the half-made one's too; the map stays, training goes on.
+      retire_new_shards(self, job.shards, current, i + 1);
       return refuse("spawning shard " + std::to_string(i) + " failed (the scale is abandoned; " +
                     std::to_string(current) + " shards keep training): " +
                     spawned.err().message());
@@ -209,7 +274,15 @@ caf::typed_response_promise<scale_result> start_scale(coordinator_pointer self, 
               s.scaling->result.bytes += copied.bytes;
               if (--s.scaling->copies_missing == 0) copies_done(self);
             },
-            [self](caf::error& err) { fail(self, std::move(err)); });
+            [self](caf::error& err) {
+              // Before the fence nothing has moved for good: once every
+              // source has answered, the scale is abandoned.
+              auto& s = self->state;
+              if (s.failed || !s.scaling) return;
+              if (s.scaling->copy_failure.empty())
+                s.scaling->copy_failure = self->system().render(err);
+              if (--s.scaling->copies_missing == 0) copies_done(self);
+            });
   return promise;
 }
 

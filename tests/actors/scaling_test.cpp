@@ -424,5 +424,64 @@ TEST(Scale, ImpossibleTargetsAreRefusedWithTheReason) {
   ds.drain_jobs();
 }
 
+// Issue 15 item 12: a scale whose partition copy fails (before its fence)
+// is abandoned: the request gets the error, the old map stays (at a new
+// epoch that makes every shard forget the migration), the new shard exits
+// and its files go, and training goes on to exact sums; a later scale
+// works. The failure is injected by giving shard 0 a migration of its own
+// first, so the coordinator's order to it is refused.
+TEST(Scale, AScaleWhoseCopyFailsIsAbandonedAndTrainingGoesOn) {
+  constexpr uint32_t workers = 2;
+  constexpr uint64_t batches = 30;
+  temp_dir dir;
+  const auto config =
+      scaling_cluster(training_mode::async, dir.path(), workers, 2, optimizer_kind::sgd);
+  deterministic_system ds;
+  auto bad_rows = std::make_shared<uint64_t>(0);
+  uint64_t reported = 0;
+  auto cluster = spawn_training_cluster(ds.system(), config, seams_for(batches, bad_rows),
+                                        [&reported](const training_progress& p) {
+                                          reported = p.batches;
+                                        });
+  ASSERT_TRUE(cluster) << cluster.err().to_string();
+  auto run = ds.ask<training_summary>(cluster->coordinator, run_atom::value);
+  ds.run_until([&] { return run->done() || reported >= 10; });
+  ASSERT_FALSE(run->done());
+  migration_order own;
+  own.epoch = 99;
+  auto busy = ds.ask<migration_stats>(cluster->shards[0], migrate_atom::value, own);
+  ds.run_until([&] { return busy->done(); });
+  ASSERT_TRUE(busy->value);
+  auto scaled = ds.ask<scale_result>(cluster->coordinator, scale_atom::value, 3u);
+  ds.run_until([&] { return scaled->done(); });
+  ASSERT_TRUE(scaled->error) << "the scale committed";
+  const std::string text = ds.system().render(*scaled->error);
+  EXPECT_NE(text.find("abandoned"), std::string::npos) << text;
+  EXPECT_NE(text.find("a migration is already in progress"), std::string::npos) << text;
+  auto status = ds.call<cluster_status>(cluster->coordinator, map_atom::value);
+  EXPECT_EQ(status.routing.shards.size(), 2u);
+  EXPECT_EQ(status.routing.epoch, 2u);
+  EXPECT_EQ(status.scaling_to, 0u);
+  // A later scale works (shard 0 forgot its migration at the new epoch).
+  auto again = ds.ask<scale_result>(cluster->coordinator, scale_atom::value, 3u);
+  ds.run_until([&] { return again->done(); });
+  EXPECT_FALSE(again->error) << (again->error ? ds.system().render(*again->error) : "");
+  ds.run_until([&] { return run->done(); });
+  ASSERT_FALSE(run->error) << ds.system().render(*run->error);
+  const auto want = exact_sums(workers, batches);
+  std::vector<uint64_t> keys;
+  for (const auto& [k, v] : want) keys.push_back(k);
+  const auto rows = read_rows(ds, *cluster, keys, config.table.layout);
+  for (const auto& [k, v] : want) {
+    auto it = rows.find(k);
+    ASSERT_NE(it, rows.end()) << "key " << k;
+    const float* w = weights_of(it->second.data());
+    for (uint32_t e = 0; e < dim; ++e) ASSERT_EQ(w[e], v[e]) << "key " << k << " element " << e;
+  }
+  EXPECT_EQ(*bad_rows, 0u);
+  cluster->stop();
+  ds.drain_jobs();
+}
+
 }  // namespace
 }  // namespace strata::actors
