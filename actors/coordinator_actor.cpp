@@ -1,4 +1,3 @@
-#include "actors/error.hpp"
 #include "actors/coordinator_actor.hpp"
 
 #include <algorithm>
@@ -7,6 +6,7 @@
 #include <string>
 
 #include "actors/coordinator_internal.hpp"
+#include "actors/error.hpp"
 
 namespace strata::actors {
 

@@ -240,8 +240,7 @@ caf::typed_response_promise<scale_result> start_scale(coordinator_pointer self, 
       // files, the half-made one's too; the map stays, training goes on.
       retire_new_shards(self, job.shards, current, i + 1);
       return refuse("spawning shard " + std::to_string(i) + " failed (the scale is abandoned; " +
-                    std::to_string(current) + " shards keep training): " +
-                    spawned.err().message());
+                    std::to_string(current) + " shards keep training): " + spawned.err().message());
     }
     self->link_to(*spawned);  // they stop with the cluster
     job.shards.push_back(*spawned);

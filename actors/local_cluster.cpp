@@ -1,4 +1,3 @@
-#include "actors/error.hpp"
 #include "actors/local_cluster.hpp"
 
 #include <caf/all.hpp>
@@ -6,6 +5,7 @@
 #include <string>
 
 #include "actors/coordinator_actor.hpp"
+#include "actors/error.hpp"
 #include "model/ctr_model.hpp"
 #include "model/metrics.hpp"
 #include "model/reader.hpp"
@@ -45,8 +45,9 @@ expected<T> ask_within(caf::scoped_actor& self, caf::duration timeout, const Han
       .receive([&](T& reply) { value = std::move(reply); },
                [&](caf::error& err) {
                  if (err == caf::sec::request_timeout)
-                   failure = error(errc::unavailable, what + ": no answer within " +
-                                                      std::to_string(step_timeout.count()) + " s");
+                   failure =
+                       error(errc::unavailable, what + ": no answer within " +
+                                                    std::to_string(step_timeout.count()) + " s");
                  else
                    failure = from_caf(self->system(), err, what);
                });
@@ -191,7 +192,7 @@ expected<training_report> train(caf::actor_system& system, const cluster_config&
   if (!placement.coordinator) return serve_as_member(self, *cluster, start, hooks);
 
   auto summary = ask_within<training_summary>(self, caf::infinite, cluster->coordinator, "training",
-                                             run_atom::value);
+                                              run_atom::value);
   if (!summary) return summary.err();
   training_report report;
   report.seconds = seconds_since(start);

@@ -1,4 +1,3 @@
-#include "actors/error.hpp"
 #include "deploy/admin_api.hpp"
 
 #include <algorithm>
@@ -9,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "actors/error.hpp"
 #include "actors/foreign_thread.hpp"
 
 namespace strata::deploy {

@@ -42,8 +42,8 @@
 #include "deploy/launch_data.hpp"
 #include "deploy/launch_report.hpp"
 #include "deploy/manifest.hpp"
-#include "deploy/preflight.hpp"
 #include "deploy/multi_node.hpp"
+#include "deploy/preflight.hpp"
 #include "deploy/status_line.hpp"
 #include "deploy/version.hpp"
 #include "monitoring/exporter.hpp"
@@ -194,8 +194,8 @@ int run_node(const std::string& path, const std::string& node, const std::string
       m.admin.port = me.admin_port;
   } else if (!m.nodes.empty() && !node.empty()) {
     if (node != m.nodes.front().name)
-      return fail(error(errc::not_found, path + ": no node '" + node + "' (nodes: " +
-                                             m.nodes.front().name + ")"));
+      return fail(error(errc::not_found,
+                        path + ": no node '" + node + "' (nodes: " + m.nodes.front().name + ")"));
   } else if (!node.empty() && node != m.metrics.node) {
     return fail(error(errc::not_found, path + ": no node '" + node +
                                            "' (this manifest describes one node, '" +
@@ -283,10 +283,9 @@ int run_node(const std::string& path, const std::string& node, const std::string
   if (publishes && member) {
     const auto& me = *std::find_if(m.nodes.begin(), m.nodes.end(),
                                    [&](const auto& n) { return n.name == member->name(); });
-    const bool hosts_shards =
-        std::find(hosted.begin(), hosted.end(), true) != hosted.end();
-    updates_port = me.updates_port != 0 ? me.updates_port
-                                        : (member->runs_coordinator() ? m.updates.port : 0);
+    const bool hosts_shards = std::find(hosted.begin(), hosted.end(), true) != hosted.end();
+    updates_port =
+        me.updates_port != 0 ? me.updates_port : (member->runs_coordinator() ? m.updates.port : 0);
     if (!hosts_shards) {
       publishes = false;
     } else if (updates_port == 0) {
@@ -388,8 +387,7 @@ int run_node(const std::string& path, const std::string& node, const std::string
     gc.layout = c.table.layout;
     gc.accepts_push = c.mode == actors::training_mode::async;
     gc.max_request_keys = m.gateway.max_request_keys;
-    gateway_service =
-        std::make_unique<serving::training_gateway>(system, cluster.coordinator, gc);
+    gateway_service = std::make_unique<serving::training_gateway>(system, cluster.coordinator, gc);
     gateway = std::make_unique<serving::binary_server>(*gateway_service);
     if (auto ok = gateway->start(m.gateway.bind_address, m.gateway.port); !ok) {
       admin_failure = error(ok.err().code(), "gateway.port: " + ok.err().message());

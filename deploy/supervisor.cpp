@@ -108,8 +108,10 @@ void wait_for_event(std::vector<running_child>& children, const sigset_t& watche
       signal_all(children, SIGTERM);
       stop.kill_at = std::chrono::steady_clock::now() + kill_after;
     } else {
-      std::fprintf(stderr, "strata launch: second signal (%d); killing the nodes (no final "
-                   "checkpoint)\n", sig);
+      std::fprintf(stderr,
+                   "strata launch: second signal (%d); killing the nodes (no final "
+                   "checkpoint)\n",
+                   sig);
       signal_all(children, SIGKILL);
     }
   }

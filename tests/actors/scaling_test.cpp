@@ -439,10 +439,9 @@ TEST(Scale, AScaleWhoseCopyFailsIsAbandonedAndTrainingGoesOn) {
   deterministic_system ds;
   auto bad_rows = std::make_shared<uint64_t>(0);
   uint64_t reported = 0;
-  auto cluster = spawn_training_cluster(ds.system(), config, seams_for(batches, bad_rows),
-                                        [&reported](const training_progress& p) {
-                                          reported = p.batches;
-                                        });
+  auto cluster =
+      spawn_training_cluster(ds.system(), config, seams_for(batches, bad_rows),
+                             [&reported](const training_progress& p) { reported = p.batches; });
   ASSERT_TRUE(cluster) << cluster.err().to_string();
   auto run = ds.ask<training_summary>(cluster->coordinator, run_atom::value);
   ds.run_until([&] { return run->done() || reported >= 10; });

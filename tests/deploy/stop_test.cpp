@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 
 #include <atomic>
+#include <caf/all.hpp>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -19,8 +20,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <caf/all.hpp>
 
 #include "actors/checkpoint.hpp"
 #include "actors/coordinator_actor.hpp"
@@ -66,8 +65,7 @@ fs::path write_manifest(const fs::path& d, const node_options& o) {
     << "\n";
   if (o.admin_port != 0) {
     std::ofstream(d / "token") << token << "\n";
-    m << "admin:\n  port: " << o.admin_port << "\n  token_file: " << (d / "token").string()
-      << "\n";
+    m << "admin:\n  port: " << o.admin_port << "\n  token_file: " << (d / "token").string() << "\n";
   }
   return manifest;
 }
@@ -80,7 +78,8 @@ bool wait_training(uint16_t port, double seconds, std::string* last = nullptr) {
       [&] {
         auto r = deploy::admin_request(admin_address(port), "GET", "/status", token);
         if (last && r) *last = r->body;
-        return r && r->status == 200 && r->body.find("\"state\": \"training\"") != std::string::npos;
+        return r && r->status == 200 &&
+               r->body.find("\"state\": \"training\"") != std::string::npos;
       },
       seconds);
 }
@@ -134,8 +133,8 @@ TEST(Stop, ASecondSignalForcesTheExitSayingSo) {
   ASSERT_TRUE(poll_until([&] { return actors::complete_checkpoints(d / "ckpt").size() >= 1; }, 90))
       << node.err();
   node.signal(SIGTERM);
-  ASSERT_TRUE(poll_until([&] { return node.err().find("stopping gracefully") != std::string::npos; },
-                         30));
+  ASSERT_TRUE(
+      poll_until([&] { return node.err().find("stopping gracefully") != std::string::npos; }, 30));
   node.signal(SIGINT);
   auto st = node.wait(30);
   ASSERT_TRUE(st) << node.err();
@@ -269,8 +268,8 @@ TEST(Stop, ACoordinatorThatExitsAnswersItsPendingRun) {
   actors::add_training_message_types(cfg);
   caf::actor_system system{cfg};
   // No workers: a store, whose run answers only at a stop.
-  auto coordinator =
-      actors::spawn_coordinator(system, actors::training_mode::async, 0, actors::coordinator_peers{});
+  auto coordinator = actors::spawn_coordinator(system, actors::training_mode::async, 0,
+                                               actors::coordinator_peers{});
   caf::scoped_actor self{system};
   auto run = self->request(coordinator, std::chrono::seconds(30), actors::run_atom::value);
   caf::anon_send_exit(coordinator, caf::exit_reason::user_shutdown);

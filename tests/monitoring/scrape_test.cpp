@@ -182,8 +182,8 @@ TEST(Scrape, AScrapedNodeExitsWithItsReport) {
       ++live_scrapes;
   }
   auto status = strata.wait_exit(1s);
-  ASSERT_TRUE(status) << "the scraped node did not exit within 90 s of its start ("
-                      << live_scrapes << " scrapes while training):\n"
+  ASSERT_TRUE(status) << "the scraped node did not exit within 90 s of its start (" << live_scrapes
+                      << " scrapes while training):\n"
                       << strata.output() << strata.err();
   EXPECT_EQ(*status, 0) << strata.output() << strata.err();
   EXPECT_GT(live_scrapes, 0u) << "no scrape while training:\n" << strata.output();
