@@ -18,8 +18,6 @@ using clock_type = std::chrono::steady_clock;
 
 // Batch size of the held-out evaluation (pulls per shard per batch).
 constexpr size_t eval_batch_examples = 4096;
-// The progress callback is called at most this often.
-constexpr double progress_interval_s = 1.0;
 
 double seconds_since(clock_type::time_point start) {
   return std::chrono::duration<double>(clock_type::now() - start).count();
@@ -163,9 +161,10 @@ expected<training_report> train(caf::actor_system& system, const cluster_config&
   auto last_call = start;
   progress_sink sink;
   if (progress)
-    sink = [&progress, start, last_call](const training_progress& totals) mutable {
+    sink = [&progress, start, last_call,
+            interval = hooks.progress_interval_s](const training_progress& totals) mutable {
       const auto now = clock_type::now();
-      if (std::chrono::duration<double>(now - last_call).count() < progress_interval_s) return;
+      if (std::chrono::duration<double>(now - last_call).count() < interval) return;
       last_call = now;
       training_progress p = totals;
       p.seconds = std::chrono::duration<double>(now - start).count();

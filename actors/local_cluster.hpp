@@ -85,6 +85,9 @@ struct cluster_hooks {
   // Last, while the actor system still exists (e.g. stop the transport,
   // whose relays are actors of this system); `ok`: the run succeeded.
   std::function<void(bool ok)> shutdown;
+  // The progress callback is called at most this often (seconds); 0: on
+  // every report (tests that act at a given batch, whatever the speed).
+  double progress_interval_s = 1.0;
 };
 
 // Trains per `config` and returns the report; errors name what failed
