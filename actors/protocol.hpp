@@ -68,15 +68,18 @@ typename Inspector::result_type inspect(Inspector& f, pull_reply& x) {
 }
 
 // A gradient push: per position a key and dim floats. `epoch` is the
-// checkpoint epoch of the batch the gradients came from.
+// checkpoint epoch of the batch the gradients came from. `id` (0: none) is
+// a client's push id: a shard applies a push of the same id and keys once
+// (actors/push_ids.hpp), so a retry of a push that timed out is safe.
 struct push_request {
   std::vector<uint64_t> keys;
   std::vector<float> grads;
   uint64_t epoch = 0;
+  uint64_t id = 0;
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, push_request& x) {
-  return f(caf::meta::type_name("push_request"), x.keys, x.grads, x.epoch);
+  return f(caf::meta::type_name("push_request"), x.keys, x.grads, x.epoch, x.id);
 }
 
 // Shard's acknowledgement of an applied push (async mode): the updated rows

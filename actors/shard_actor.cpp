@@ -23,16 +23,26 @@ caf::error pull_local(shard_pointer self, const std::vector<uint64_t>& keys, pul
 }
 
 // A push of keys this shard serves: applied, the updated rows of the
-// distinct keys appended to `reply`.
+// distinct keys appended to `reply`. A push whose id (with these keys) was
+// applied before is a client's retry: answered with the current rows, not
+// applied again.
 caf::error push_local(shard_pointer self, const push_request& req, push_reply& reply) {
   auto& st = self->state;
   auto& chain = *st.chain;
   const row_layout& layout = st.config.table.layout;
   const double start = st.config.clock->now_seconds();
-  st.max_push_epoch = std::max(st.max_push_epoch, req.epoch);
+  const uint64_t fingerprint = push_fingerprint(req.id, req.keys);
+  const bool duplicate = st.applied_pushes.seen(fingerprint);
   touch(st, req.keys);
-  auto s = chain.push(req.keys, req.grads.data(), layout.dim, nullptr);
-  if (!s) return to_caf(s.err());
+  status s;
+  if (duplicate) {
+    ++st.metrics.duplicate_pushes;
+  } else {
+    st.max_push_epoch = std::max(st.max_push_epoch, req.epoch);
+    s = chain.push(req.keys, req.grads.data(), layout.dim, nullptr);
+    if (!s) return to_caf(s.err());
+    st.applied_pushes.remember(fingerprint);
+  }
   std::vector<uint64_t> unique = req.keys;
   std::sort(unique.begin(), unique.end());
   unique.erase(std::unique(unique.begin(), unique.end()), unique.end());
@@ -45,6 +55,7 @@ caf::error push_local(shard_pointer self, const push_request& req, push_reply& r
        layout.record_bytes()},
       nullptr);
   if (!s) return to_caf(s.err());
+  if (duplicate) return {};
   if (auto& sink = st.config.updates)
     sink->rows_updated(layout, unique,
                        {reinterpret_cast<const std::byte*>(reply.rows.records.data()) +
@@ -131,6 +142,7 @@ shard_actor::behavior_type shard_behavior(shard_pointer self, shard_config confi
         auto sub = [&req, &layout](const std::vector<uint32_t>& at) {
           push_request part;
           part.epoch = req.epoch;
+          part.id = req.id;  // each owner dedups its part
           for (uint32_t i : at) {
             part.keys.push_back(req.keys[i]);
             part.grads.insert(part.grads.end(), req.grads.begin() + size_t{i} * layout.dim,

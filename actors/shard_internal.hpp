@@ -12,6 +12,7 @@
 #include <unordered_set>
 
 #include "actors/error.hpp"
+#include "actors/push_ids.hpp"
 #include "actors/row_batch_util.hpp"
 #include "actors/shard_actor.hpp"
 #include "actors/ssd_flush_actor.hpp"
@@ -43,6 +44,7 @@ class lmdb_read_timer final : public tier_observer {
 struct shard_metrics {
   latency_histogram pull, push, flush, lmdb_read, lmdb_write;
   uint64_t pushes = 0, push_rows = 0, write_back_rows = 0;
+  uint64_t duplicate_pushes = 0;  // pushes whose id was applied before: answered, not applied
   uint64_t prefetch_requests = 0, prefetch_rows = 0;
   uint64_t migrated_in_rows = 0;
   uint64_t flush_batches = 0, flush_bytes = 0;
@@ -94,6 +96,7 @@ struct shard_state {
   // later request is answered with it (shard_flush.cpp, fail_stop).
   caf::error fatal;
   uint64_t max_push_epoch = 0;                 // highest checkpoint epoch a push carried
+  push_ids applied_pushes;                     // ids of pushes applied (idempotent retries)
   std::optional<pending_cut> cut;              // at most one cut at a time
   std::map<uint64_t, checkpoint_copy> copies;  // by epoch
   // Scaling (docs/scaling.md).

@@ -108,7 +108,7 @@ status serving_client::prefetch(const std::string& table, std::span<const uint64
 }
 
 status serving_client::push(const std::string& table, std::span<const uint64_t> keys,
-                            std::span<const float> grads) {
+                            std::span<const float> grads, uint64_t id) {
   if (keys.empty()) return {};
   if (grads.size() % keys.size() != 0)
     return error(errc::invalid_argument, "push to table '" + table + "': " +
@@ -116,9 +116,21 @@ status serving_client::push(const std::string& table, std::span<const uint64_t> 
                                              " gradients are not a whole row per key (" +
                                              std::to_string(keys.size()) + " keys)");
   const auto dim = static_cast<uint32_t>(grads.size() / keys.size());
+  while (id == 0) id = push_ids_();
+  last_push_id_ = id;
   payload_.clear();
-  wire::encode_push(payload_, table, dim, keys, grads);
-  STRATA_TRY(request(wire::frame_type::push, payload_, /*idempotent=*/false));
+  wire::encode_push(payload_, table, dim, keys, grads, id);
+  // With its id the push is idempotent: a broken connection fails over and
+  // re-sends it, and a push the gateway applied only in part (or not at
+  // all, unavailable) is re-sent whole; the shards apply each part once.
+  status sent;
+  for (uint32_t attempt = 0; attempt <= options_.push_retries; ++attempt) {
+    sent = request(wire::frame_type::push, payload_, /*idempotent=*/true);
+    if (sent || sent.err().code() != errc::unavailable) break;
+  }
+  if (!sent)
+    return error(sent.err().code(), sent.err().message() + " (push id " + std::to_string(id) +
+                                        ": re-sending it with this id is safe)");
   if (reply_.header.type != wire::frame_type::ack)
     return error(errc::corrupt_data, current_replica() + ": push not acknowledged");
   return {};

@@ -9,8 +9,9 @@
 // A request goes to the current replica; if the connection fails (refused,
 // reset, timed out) the client moves to the next replica and retries the
 // request there, up to one full round over the replicas. Lookups are
-// idempotent, so a retry is safe. Errors from the server (unknown table, a
-// request over its limits) are returned, not retried.
+// idempotent, so a retry is safe; so are pushes, by their push id. Errors
+// from the server (unknown table, a request over its limits) are returned,
+// not retried.
 //
 // Not thread-safe: one serving_client per thread (connections are cheap).
 #pragma once
@@ -18,6 +19,7 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <random>
 #include <span>
 #include <string>
 #include <vector>
@@ -30,6 +32,7 @@ namespace strata::client {
 struct client_options {
   std::vector<wire::endpoint> replicas;
   std::chrono::milliseconds timeout{5000};  // per request, on one replica
+  uint32_t push_retries = 2;  // re-sends of a push (same id) the gateway failed
 };
 
 // A lookup's answer: dim, then per key its version (0: the table's default
@@ -52,11 +55,17 @@ class serving_client {
   // Gradients for the keys' rows (keys.size() x dim, row-major; duplicate
   // keys are summed), applied by a training cluster's gateway (manifest:
   // gateway.port; async mode) with the table's optimizer. Returns once
-  // every owning shard applied its part. Not retried on another replica
-  // once sent (a push is not idempotent): a lost connection is an error
-  // saying it may or may not have been applied. Serving nodes refuse it.
+  // every owning shard applied its part. Serving nodes refuse it.
+  // Every push carries a push id (`id`, or a fresh random one for 0): the
+  // cluster's shards apply an id once (docs/serving.md, "Retrying a
+  // push"), so a lost connection or a push the gateway could apply only in
+  // part (unavailable) is retried with the same id, up to `push_retries`
+  // times; the error after that names the id, and a push(..., that id)
+  // later is still safe within the shards' window.
   status push(const std::string& table, std::span<const uint64_t> keys,
-              std::span<const float> grads);
+              std::span<const float> grads, uint64_t id = 0);
+  // The id of the last push (to retry it after an error).
+  uint64_t last_push_id() const { return last_push_id_; }
 
   // The replica requests go to now ("host:port").
   std::string current_replica() const;
@@ -74,6 +83,8 @@ class serving_client {
   bool connected_ = false;
   uint64_t next_request_ = 1;
   uint64_t failovers_ = 0;
+  uint64_t last_push_id_ = 0;
+  std::mt19937_64 push_ids_{std::random_device{}()};
   wire::frame reply_;
   std::vector<std::byte> payload_;
 };

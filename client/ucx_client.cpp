@@ -80,7 +80,7 @@ status ucx_client::prefetch(const std::string& table, std::span<const uint64_t> 
 }
 
 status ucx_client::push(const std::string& table, std::span<const uint64_t> keys,
-                        std::span<const float> grads) {
+                        std::span<const float> grads, uint64_t id) {
   if (keys.empty()) return {};
   if (grads.size() % keys.size() != 0)
     return error(errc::invalid_argument, "push to table '" + table + "': " +
@@ -88,7 +88,7 @@ status ucx_client::push(const std::string& table, std::span<const uint64_t> keys
                                              " gradients are not a whole row per key");
   std::vector<std::byte> payload;
   wire::encode_push(payload, table, static_cast<uint32_t>(grads.size() / keys.size()), keys,
-                    grads);
+                    grads, id);
   auto reply = call(static_cast<int>(frame_type::serve_push), std::move(payload));
   if (!reply) return reply.err();
   return {};

@@ -9,7 +9,8 @@
 //   c->lookup_into("ads", keys, r);
 //
 // Thread-safe (the transport's bridge is); each call waits for its reply up
-// to the timeout. A push is not retried.
+// to the timeout. A push is not retried here; one given a push id (non-zero)
+// can be re-sent with the same id safely (the shards apply an id once).
 #pragma once
 
 #include <chrono>
@@ -37,7 +38,7 @@ class ucx_client {
   status lookup_into(const std::string& table, std::span<const uint64_t> keys, rows& out);
   status prefetch(const std::string& table, std::span<const uint64_t> keys);
   status push(const std::string& table, std::span<const uint64_t> keys,
-              std::span<const float> grads);
+              std::span<const float> grads, uint64_t id = 0);
   // The serving node's name (its bridge's).
   const std::string& server() const { return server_; }
 

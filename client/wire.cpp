@@ -168,13 +168,14 @@ void encode(std::vector<std::byte>& out, const update_batch& r) {
 }
 
 void encode_push(std::vector<std::byte>& out, const std::string& table, uint32_t dim,
-                 std::span<const uint64_t> keys, std::span<const float> grads) {
+                 std::span<const uint64_t> keys, std::span<const float> grads, uint64_t id) {
   writer w(out);
   w.text16(table);
   w.u32(dim);
   w.u32(static_cast<uint32_t>(keys.size()));
   write_array<uint64_t>(w, keys);
   write_array<float>(w, grads);
+  if (id != 0) w.u64(id);
 }
 
 expected<key_request> decode_key_request(std::span<const std::byte> payload) {
@@ -246,7 +247,12 @@ expected<push_request> decode_push(std::span<const std::byte> payload) {
   if (!r.u32(n)) return r.fail("n");
   if (!read_array(r, out.keys, n)) return r.fail("keys");
   if (!read_array(r, out.grads, size_t{n} * out.dim)) return r.fail("grads");
-  if (!r.at_end()) return r.fail("end");
+  // The optional push id: exactly 8 more bytes, non-zero.
+  if (!r.at_end()) {
+    if (!r.u64(out.id)) return r.fail("id");
+    if (out.id == 0) return r.fail("id (0 is sent as no id)");
+    if (!r.at_end()) return r.fail("end");
+  }
   return out;
 }
 

@@ -20,7 +20,9 @@
 //   updates            table, stream (u64), seq (u64), dim (u32), n (u32),
 //                      n x key (u64), n x version (u64), n x dim x f32
 //   push               table, dim (u32), n (u32), n x key (u64),
-//                      n x dim x f32 gradients (a training gateway; ack n)
+//                      n x dim x f32 gradients, then optionally a push
+//                      id (u64, non-zero: a retry of it applies once;
+//                      absent in older clients) (a training gateway; ack n)
 // A frame with a bad magic, version, type, length or checksum, or a payload
 // that does not parse exactly, is rejected with an error naming the field:
 // nothing in it is trusted.
@@ -129,6 +131,7 @@ struct push_request {  // gradients for a training cluster (async mode)
   uint32_t dim = 0;
   std::vector<uint64_t> keys;
   std::vector<float> grads;  // n x dim
+  uint64_t id = 0;           // push id (0: none; the optional trailing u64)
 };
 struct update_batch {
   std::string table;
@@ -146,8 +149,9 @@ void encode(std::vector<std::byte>& out, const error_reply& r);
 void encode(std::vector<std::byte>& out, const subscribe_request& r);
 void encode(std::vector<std::byte>& out, const update_batch& r);
 // A push straight from the caller's arrays (no copy into a request struct).
+// `id` 0 writes no id (the payload older clients send).
 void encode_push(std::vector<std::byte>& out, const std::string& table, uint32_t dim,
-                 std::span<const uint64_t> keys, std::span<const float> grads);
+                 std::span<const uint64_t> keys, std::span<const float> grads, uint64_t id = 0);
 // Reply payload: only the header fields; the rows follow from arrays given.
 void encode_rows(std::vector<std::byte>& out, uint32_t dim, std::span<const uint64_t> versions,
                  std::span<const float> weights);

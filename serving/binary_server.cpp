@@ -116,7 +116,7 @@ struct binary_server::impl {
         }
         case wire::frame_type::push: {
           auto req = wire::decode_push(frame->payload);
-          status ok = req ? service.push(req->table, req->dim, req->keys, req->grads)
+          status ok = req ? service.push(req->table, req->dim, req->keys, req->grads, req->id)
                           : status(req.err());
           if (!ok) {
             send_error(*socket, id, ok.err());

@@ -9,7 +9,7 @@ status lookup_service::apply_updates(const std::string& table, std::span<const u
 }
 
 status lookup_service::push(const std::string& table, uint32_t, std::span<const uint64_t>,
-                            std::span<const float>) {
+                            std::span<const float>, uint64_t) {
   return error(errc::invalid_argument,
                "push to table '" + table +
                    "': a serving node takes no gradients; push to a training cluster's gateway "

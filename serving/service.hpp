@@ -38,8 +38,10 @@ class lookup_service {
                                std::span<const float> weights,
                                std::span<const uint64_t> versions);
   // Gradients, n x dim, for the keys' rows (training gateways, async mode).
+  // `id` (0: none) makes a retry safe: a push of an id already applied is
+  // not applied again (docs/serving.md, "Retrying a push").
   virtual status push(const std::string& table, uint32_t dim, std::span<const uint64_t> keys,
-                      std::span<const float> grads);
+                      std::span<const float> grads, uint64_t id = 0);
 };
 
 class serving_service : public lookup_service {

@@ -45,8 +45,9 @@ std::string key_list(const std::vector<uint64_t>& keys) {
 
 // What a push that failed at shard part `failed` did: the parts before it
 // were applied, the failed one may or may not have been (a timed-out
-// request can still apply), the rest were not sent.
-std::string partial_push(const std::vector<shard_keys>& parts, size_t failed) {
+// request can still apply), the rest were not sent; and whether a retry is
+// safe (a push id).
+std::string partial_push(const std::vector<shard_keys>& parts, size_t failed, uint64_t id) {
   std::vector<uint64_t> applied, not_sent;
   std::string applied_shards, not_sent_shards;
   for (size_t i = 0; i < parts.size(); ++i) {
@@ -65,7 +66,14 @@ std::string partial_push(const std::vector<shard_keys>& parts, size_t failed) {
   out += "; not sent: " + (not_sent.empty() ? std::string("nothing")
                                             : "shards " + not_sent_shards + " (" +
                                                   key_list(not_sent) + ")");
-  out += "); re-sending the whole push would apply the applied keys twice";
+  // With an id the shards remember what they applied: the same push may be
+  // re-sent whole (the timed-out part, if it landed, is not applied twice).
+  if (id != 0)
+    out += "); retry the whole push with the same id (" + std::to_string(id) +
+           "): each shard applies its part of an id once";
+  else
+    out += "); re-sending the whole push would apply the applied keys twice (send a push id to "
+           "make a retry safe)";
   return out;
 }
 
@@ -94,7 +102,7 @@ expected<training_gateway::routing> training_gateway::current_routing(caf::scope
   }
   std::optional<error> failure;
   routing fresh;
-  self->request(coordinator_, config_.timeout, actors::map_atom::value)
+  self->request(coordinator_, config_.map_timeout, actors::map_atom::value)
       .receive(
           [&](actors::cluster_status& st) {
             const auto shards = static_cast<uint32_t>(st.routing.shards.size());
@@ -162,7 +170,8 @@ status training_gateway::prefetch(const std::string& table, std::span<const uint
 }
 
 status training_gateway::push(const std::string& table, uint32_t dim,
-                              std::span<const uint64_t> keys, std::span<const float> grads) {
+                              std::span<const uint64_t> keys, std::span<const float> grads,
+                              uint64_t id) {
   if (auto ok = check(table, keys.size()); !ok) return ok;
   if (!config_.accepts_push)
     return error(errc::invalid_argument,
@@ -194,6 +203,7 @@ status training_gateway::push(const std::string& table, uint32_t dim,
   for (size_t i = 0; i < parts.size(); ++i) {
     const auto& part = parts[i];
     actors::push_request req;
+    req.id = id;  // each shard applies its part of this id once
     req.keys = part.keys;
     req.grads.reserve(part.positions.size() * dim);
     for (uint32_t pos : part.positions)
@@ -206,8 +216,9 @@ status training_gateway::push(const std::string& table, uint32_t dim,
                    failure = from_caf(system_, e, "gateway: push to shard " + std::to_string(s));
                  });
     // A push spanning shards can fail part-way: say exactly what was
-    // applied, so a client never re-sends what already landed.
-    if (failure) return error(failure->code(), failure->message() + partial_push(parts, i));
+    // applied, and whether the same push can be re-sent (an id).
+    if (failure)
+      return error(failure->code(), failure->message() + partial_push(parts, i, id));
   }
   return {};
 }

@@ -43,7 +43,8 @@ struct gateway_config {
   row_layout layout;
   bool accepts_push = true;  // false in pass mode
   uint32_t max_request_keys = 1u << 20;
-  std::chrono::milliseconds timeout{60000};  // per shard request
+  std::chrono::milliseconds timeout{60000};      // per shard request
+  std::chrono::milliseconds map_timeout{60000};  // the coordinator's partition map
   std::chrono::milliseconds routing_refresh{1000};
   // The coordinator closes it before its final cut: pushes then answer
   // "stopping" (errc::unavailable). Null: pushes are always taken.
@@ -59,7 +60,7 @@ class training_gateway : public lookup_service {
                 lookup_result& out) override;
   status prefetch(const std::string& table, std::span<const uint64_t> keys) override;
   status push(const std::string& table, uint32_t dim, std::span<const uint64_t> keys,
-              std::span<const float> grads) override;
+              std::span<const float> grads, uint64_t id = 0) override;
 
  private:
   struct routing {

@@ -102,7 +102,7 @@ PYBIND11_MODULE(strata_client, m) {
       .def(
           "push",
           [](serving_client& c, const std::string& table, const key_array& keys,
-             const grad_array& grads) {
+             const grad_array& grads, uint64_t id) {
             const auto k = keys_of(keys);
             if (grads.ndim() != 2 || static_cast<size_t>(grads.shape(0)) != k.size())
               throw std::invalid_argument(
@@ -110,13 +110,17 @@ PYBIND11_MODULE(strata_client, m) {
             strata::status ok;
             {
               py::gil_scoped_release unlocked;
-              ok = c.push(table, k, {grads.data(), static_cast<size_t>(grads.size())});
+              ok = c.push(table, k, {grads.data(), static_cast<size_t>(grads.size())}, id);
             }
             if (!ok) raise(ok.err());
           },
-          py::arg("table"), py::arg("keys"), py::arg("grads"),
+          py::arg("table"), py::arg("keys"), py::arg("grads"), py::arg("id") = 0,
           "Apply gradients (len(keys), dim) float32 to the keys' rows on a training cluster's "
-          "gateway (async mode); returns once applied. Not retried after a lost connection")
+          "gateway (async mode); returns once applied. Every push carries a push id (`id`, or "
+          "a fresh random one for 0) that the shards apply once: a lost connection or a push "
+          "applied only in part is re-sent with the same id; after an error, push(..., "
+          "id=c.last_push_id) again is safe")
+      .def_property_readonly("last_push_id", &serving_client::last_push_id)
       .def_property_readonly("replica", &serving_client::current_replica)
       .def_property_readonly("failovers", &serving_client::failovers);
 }

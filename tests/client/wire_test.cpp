@@ -126,6 +126,39 @@ TEST(Wire, PushRoundTripAndDamageIsRejected) {
   EXPECT_NE(cut.err().message().find("'grads'"), std::string::npos) << cut.err().message();
 }
 
+// The optional push id (issue 15 item 5): 8 bytes after the gradients;
+// without them (older clients) the id is 0, "none".
+TEST(Wire, APushCarriesItsIdOrNone) {
+  const std::vector<uint64_t> keys = {5, 6};
+  const std::vector<float> grads = {0.5f, -1.0f, 2.0f, 0.25f};
+  std::vector<std::byte> plain, with_id;
+  encode_push(plain, "ads", 2, keys, grads);
+  encode_push(with_id, "ads", 2, keys, grads, 0x1122334455667788ull);
+  ASSERT_EQ(with_id.size(), plain.size() + 8);
+  auto p = decode_push(plain);
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->id, 0u);
+  auto q = decode_push(with_id);
+  ASSERT_TRUE(q.has_value()) << q.err().message();
+  EXPECT_EQ(q->id, 0x1122334455667788ull);
+  EXPECT_EQ(q->keys, keys);
+  EXPECT_EQ(q->grads, grads);
+  // An id of 0 written out, a short id, or bytes after it: refused by name.
+  auto zero = plain;
+  zero.resize(plain.size() + 8, std::byte{0});
+  auto z = decode_push(zero);
+  ASSERT_FALSE(z.has_value());
+  EXPECT_NE(z.err().message().find("'id"), std::string::npos) << z.err().message();
+  auto s = decode_push(std::span<const std::byte>(with_id).first(with_id.size() - 3));
+  ASSERT_FALSE(s.has_value());
+  EXPECT_NE(s.err().message().find("'id'"), std::string::npos) << s.err().message();
+  auto longer = with_id;
+  longer.push_back(std::byte{1});
+  auto l = decode_push(longer);
+  ASSERT_FALSE(l.has_value());
+  EXPECT_NE(l.err().message().find("'end'"), std::string::npos) << l.err().message();
+}
+
 TEST(Wire, TruncatedOrOverlongPayloadsAreRejected) {
   std::vector<std::byte> payload;
   encode(payload, key_request{"ads", {1, 2, 3}});

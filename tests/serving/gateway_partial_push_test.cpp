@@ -8,6 +8,7 @@
 
 #include <caf/all.hpp>
 #include <chrono>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -90,6 +91,121 @@ TEST(GatewayPartialPush, AFailureSaysExactlyWhichShardsAndKeysWereApplied) {
   // What the message calls applied was applied, once.
   ASSERT_EQ(shard0_after.size(), mine[0].size() * dim);
   for (float w : shard0_after) EXPECT_EQ(w, -1.0f);
+}
+
+// A store of two shards (SGD, learning rate 1, zeros: a weight is minus
+// the sum of its gradients) with keys on both; `body` runs on it with the
+// cluster's actor system, and the store is stopped afterwards.
+void with_two_shards(
+    const std::function<void(caf::actor_system&, const actors::training_cluster&,
+                             const actors::cluster_config&, const std::vector<uint64_t>&)>& body) {
+  temp_dir dir;
+  auto c = actors::count_cluster(dir.path() / "no-data.tsv", dir.path(),
+                                 actors::training_mode::async);
+  c.workers.clear();
+  c.heldout = model::reader_config{};
+  c.checkpoint = actors::checkpoint_settings{};
+  const actors::partition_map map(c.partitions, 2);
+  std::vector<uint64_t> keys;
+  size_t on[2] = {0, 0};
+  for (uint64_t k = 1; on[0] < 4 || on[1] < 4; ++k)
+    if (on[map.shard_of(k)] < 4) {
+      ++on[map.shard_of(k)];
+      keys.push_back(k);
+    }
+  actors::cluster_hooks hooks;
+  hooks.started = [&](caf::actor_system& system, const actors::training_cluster& cluster) {
+    struct stop_at_exit {
+      actors::coordinator_actor coordinator;
+      ~stop_at_exit() { caf::anon_send(coordinator, actors::stop_atom::value); }
+    } stop{cluster.coordinator};
+    body(system, cluster, c, keys);
+  };
+  auto r = actors::run_local_cluster(c, {}, hooks);
+  EXPECT_TRUE(r) << (r ? "" : r.err().message());
+}
+
+gateway_config gateway_of(const actors::cluster_config& c, std::chrono::nanoseconds timeout) {
+  gateway_config gc;
+  gc.table = c.table.name;
+  gc.layout = c.table.layout;
+  gc.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(timeout);
+  return gc;
+}
+
+// Every weight of `keys`, as a lookup through `gateway` returns it.
+std::vector<float> weights(training_gateway& gateway, const std::string& table,
+                           const std::vector<uint64_t>& keys) {
+  lookup_result out;
+  auto ok = gateway.lookup(table, keys, out);
+  EXPECT_TRUE(ok) << (ok ? "" : ok.err().message());
+  return out.weights;
+}
+
+// Issue 15 item 5, the other half: a push that timed out part-way (its
+// requests still apply at the shards, later) is retried whole with the same
+// id, and every key's weight moves exactly once. Before push ids the retry
+// applied the parts that had landed a second time.
+TEST(GatewayPushId, ARetryOfATimedOutPushIsAppliedOnce) {
+  with_two_shards([](caf::actor_system& system, const actors::training_cluster& cluster,
+                     const actors::cluster_config& c, const std::vector<uint64_t>& keys) {
+    const uint32_t dim = c.table.layout.dim;
+    const std::vector<float> grads(keys.size() * dim, 1.0f);
+    // A timeout no shard answers within: the first attempt fails at its
+    // first shard (or later), its requests delivered all the same.
+    auto hasty_config = gateway_of(c, std::chrono::milliseconds(0));
+    hasty_config.map_timeout = 30s;
+    training_gateway hasty(system, cluster.coordinator, hasty_config);
+    training_gateway patient(system, cluster.coordinator, gateway_of(c, 30s));
+    constexpr int rounds = 20;
+    int failed = 0;
+    for (int round = 1; round <= rounds; ++round) {
+      const uint64_t id = 1000 + round;
+      auto first = hasty.push(c.table.name, dim, keys, grads, id);
+      if (!first) {
+        ++failed;
+        if (first.err().message().find("applied only in part") != std::string::npos)
+          EXPECT_NE(first.err().message().find("retry the whole push with the same id (" +
+                                               std::to_string(id) + ")"),
+                    std::string::npos)
+              << first.err().message();
+      }
+      auto retry = patient.push(c.table.name, dim, keys, grads, id);
+      ASSERT_TRUE(retry) << retry.err().message();
+    }
+    EXPECT_GT(failed, 0) << "no first attempt timed out: the test proved nothing";
+    for (float w : weights(patient, c.table.name, keys)) EXPECT_EQ(w, -float(rounds));
+  });
+}
+
+// On a healthy cluster: the same id twice is applied once, another id
+// again, and a push without an id every time it is sent.
+TEST(GatewayPushId, ADuplicateIdIsAppliedOnce) {
+  with_two_shards([](caf::actor_system& system, const actors::training_cluster& cluster,
+                     const actors::cluster_config& c, const std::vector<uint64_t>& keys) {
+    const uint32_t dim = c.table.layout.dim;
+    const std::vector<float> grads(keys.size() * dim, 1.0f);
+    training_gateway gateway(system, cluster.coordinator, gateway_of(c, 30s));
+    auto push = [&](uint64_t id) {
+      auto ok = gateway.push(c.table.name, dim, keys, grads, id);
+      ASSERT_TRUE(ok) << ok.err().message();
+    };
+    push(7);
+    push(7);
+    for (float w : weights(gateway, c.table.name, keys)) EXPECT_EQ(w, -1.0f);
+    push(8);
+    for (float w : weights(gateway, c.table.name, keys)) EXPECT_EQ(w, -2.0f);
+    push(0);
+    push(0);
+    for (float w : weights(gateway, c.table.name, keys)) EXPECT_EQ(w, -4.0f);
+    // The same id with other keys is another push (a part of one push that
+    // a shard forwards after a scale is not a retry of its own part).
+    const std::vector<uint64_t> first_two(keys.begin(), keys.begin() + 2);
+    auto ok = gateway.push(c.table.name, dim, first_two,
+                           std::vector<float>(first_two.size() * dim, 1.0f), 7);
+    ASSERT_TRUE(ok) << ok.err().message();
+    for (float w : weights(gateway, c.table.name, first_two)) EXPECT_EQ(w, -5.0f);
+  });
 }
 
 }  // namespace
