@@ -27,7 +27,8 @@
 namespace strata::transport {
 
 inline constexpr uint32_t frame_magic = 0x46525453;  // "STRF" little-endian
-inline constexpr uint16_t wire_version = 1;
+// 2: push_request gained its push id (issue 15 item 5; docs/wire-format.md).
+inline constexpr uint16_t wire_version = 2;
 inline constexpr size_t frame_header_bytes = 48;
 // Default upper bound of a payload; a larger length is rejected before
 // any buffer is allocated. 4096 rows of dim 128 Adam (~6.4 MiB) fit with room.

@@ -60,6 +60,9 @@ wire = {
                           + u64s([4, 8]) + u64s([3, 3]) + f32s([1, 2]), request=0),
     "push": wire_frame(PUSH, text16(b"ads") + struct.pack("<II", 2, 1) + u64s([4])
                        + f32s([0.25, -0.25])),
+    # with its optional push id (issue 15 item 5)
+    "push-with-id": wire_frame(PUSH, text16(b"ads") + struct.pack("<II", 2, 1) + u64s([4])
+                               + f32s([0.25, -0.25]) + u64s([0x1122334455667788])),
     # A rows reply whose counts wrap 8 + n*8 + n*dim*4 around to 8 bytes: the
     # client's zero-copy receive resized its buffers to gigabytes.
     "crash-rows-count-overflow": wire_frame(ROWS, struct.pack("<II", 0xFFFFFFFE, 1 << 30)),
@@ -130,7 +133,7 @@ reader = {
 MAGIC = 0x46525453
 
 
-def header(ftype, seq, payload_len, crc=0, magic=MAGIC, version=1, sender=7, request=1,
+def header(ftype, seq, payload_len, crc=0, magic=MAGIC, version=2, sender=7, request=1,
            target=0, reserved=0):
     return struct.pack("<IHHQQQIIII", magic, version, ftype, sender, seq, request, target,
                        payload_len, crc, reserved)
@@ -154,13 +157,14 @@ SHARD_PULL, SHARD_PUSH, SHARD_TICK, HEARTBEAT, REPLY_ERROR = 16, 17, 20, 3, 65
 frame = {
     "valid-shard-pull": node_frame(SHARD_PULL, 1, vec_u64([1, 2, 3])),
     "valid-heartbeat": node_frame(HEARTBEAT, 0, b""),
+    # keys, grads, epoch 9, push id 77 (version 2)
     "valid-push": node_frame(SHARD_PUSH, 2, vec_u64([5]) + struct.pack("<Qff", 2, 1.0, -1.0)
-                        + struct.pack("<Q", 9)),
+                        + struct.pack("<QQ", 9, 77)),
     "valid-reply-error": node_frame(REPLY_ERROR, 3, string(b"node 'a': boom")),
     "empty": b"",
     "truncated-header": node_frame(SHARD_PULL, 1, vec_u64([1]))[:20],
     "bad-magic": node_frame(SHARD_PULL, 1, vec_u64([1]), magic=0x12345678),
-    "other-version": node_frame(SHARD_PULL, 1, vec_u64([1]), version=2),
+    "other-version": node_frame(SHARD_PULL, 1, vec_u64([1]), version=1),
     "unknown-type": node_frame(999, 1, vec_u64([1])),
     "reserved-set": node_frame(SHARD_PULL, 1, vec_u64([1]), reserved=1),
     "oversized-length": header(SHARD_PULL, 1, 0xFFFFFFFF) + b"\0" * 16,

@@ -45,10 +45,10 @@ TEST(Frame, HeaderRoundTripsEveryField) {
 
 TEST(Frame, HeaderLayoutIsFixedLittleEndian) {
   auto frame = make_frame(request_header(), {});
-  // magic "STRF", version 1, type 16 (docs/wire-format.md).
+  // magic "STRF", version 2, type 16 (docs/wire-format.md).
   EXPECT_EQ(static_cast<char>(frame[0]), 'S');
   EXPECT_EQ(static_cast<char>(frame[3]), 'F');
-  EXPECT_EQ(static_cast<uint8_t>(frame[4]), 1);
+  EXPECT_EQ(static_cast<uint8_t>(frame[4]), 2);
   EXPECT_EQ(static_cast<uint8_t>(frame[6]), 16);
   EXPECT_EQ(static_cast<uint8_t>(frame[16]), 9);  // seq
 }
@@ -66,7 +66,7 @@ TEST(Frame, RejectsBadMagicVersionTypeAndReserved) {
   magic[0] = std::byte{'X'};
   EXPECT_NE(decode_frame(magic).err().message().find("magic"), std::string::npos);
   auto version = base;
-  version[4] = std::byte{2};
+  version[4] = std::byte{1};
   auto v = decode_frame(version);
   ASSERT_FALSE(v);
   EXPECT_EQ(v.err().code(), errc::format_mismatch);
@@ -132,10 +132,11 @@ TEST(Codec, EveryMessageTypeRoundTrips) {
   EXPECT_EQ(rb.records, rows.records);
   pull_reply pr{rows, {1, 0, 1}};
   EXPECT_EQ(round_trip(pr).admitted, pr.admitted);
-  push_request push{{5, 6}, {1.5f, -2.f, 3.f, 4.f}, 77};
+  push_request push{{5, 6}, {1.5f, -2.f, 3.f, 4.f}, 77, 0xabcdef0123ull};
   auto pb = round_trip(push);
   EXPECT_EQ(pb.grads, push.grads);
   EXPECT_EQ(pb.epoch, 77u);
+  EXPECT_EQ(pb.id, 0xabcdef0123ull);  // the push id crosses nodes (version 2)
   EXPECT_EQ(round_trip(push_reply{rows}).rows.records, rows.records);
   EXPECT_EQ(round_trip(push_ack{{3, 4}}).versions, (std::vector<uint64_t>{3, 4}));
   EXPECT_EQ(round_trip(lookup_reply{rows}).rows.keys, rows.keys);
