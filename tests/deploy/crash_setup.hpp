@@ -50,10 +50,11 @@ inline std::unique_ptr<crash_setup> make_setup(const std::string& on_failure, ui
   return s;
 }
 
-inline std::optional<pid_t> node_pid(strata_process& launcher) {
+// The pid of node `node` as the launcher printed it.
+inline std::optional<pid_t> node_pid(strata_process& launcher, const std::string& node = "crash") {
   std::smatch m;
   const std::string out = launcher.out();
-  static const std::regex re("\\(node crash, pid ([0-9]+)\\)");
+  const std::regex re("\\(node " + node + ", pid ([0-9]+)\\)");
   if (!std::regex_search(out, m, re)) return std::nullopt;
   return static_cast<pid_t>(std::stoi(m[1]));
 }

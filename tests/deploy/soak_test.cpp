@@ -28,6 +28,7 @@
 #include "actors/checkpoint.hpp"
 #include "common/file_manifest.hpp"
 #include "deploy/manifest.hpp"
+#include "tests/deploy/crash_setup.hpp"
 #include "tests/deploy/exact_sums.hpp"
 #include "tests/deploy/process_util.hpp"
 #include "tests/tiers/test_util.hpp"
@@ -80,7 +81,7 @@ class soak {
       << "caches:\n  count: 1\n  sets: 8\n"
       << "workers:\n  count: 2\n  batch_size: 16\n"
       << "data:\n  path: " << (d / "data.tsv").string() << "\n  heldout_fraction: 0\n"
-      << "  generate:\n    rows: 300000\n    distinct_keys: 30000\n    seed: 11\n"
+      << "  generate:\n    rows: 500000\n    distinct_keys: 30000\n    seed: 11\n"
       << "admin:\n  port: " << port_ << "\n  token_file: " << token_.string() << "\n"
       << "checkpoint:\n  dir: " << checkpoints_.string() << "\n  interval_batches: 150"
       << "\n  keep: 1000\n  on_failure: stop\n";
@@ -149,7 +150,7 @@ class soak {
       EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0)
           << "round " << n << ": " << launcher.err();
     } else {
-      auto pid = node_pid(launcher);
+      auto pid = node_pid(launcher, "soak");
       EXPECT_TRUE(pid) << launcher.out();
       if (!pid) return false;
       EXPECT_EQ(::kill(*pid, SIGKILL), 0);
@@ -212,7 +213,7 @@ class soak {
     if (!status) return false;
     EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << launcher.err();
     auto at_end = check_latest(-1);
-    EXPECT_EQ(std::accumulate(at_end.begin(), at_end.end(), uint64_t{0}), total_batches());
+    EXPECT_EQ(std::accumulate(at_end.begin(), at_end.end(), uint64_t{0}), total_batches(manifest_));
     finished_ = true;
     return false;
   }
@@ -247,23 +248,6 @@ class soak {
     std::fflush(stdout);
     if (shards != shards_) write_manifest(shards);
     return positions;
-  }
-
-  std::optional<pid_t> node_pid(strata_process& launcher) {
-    std::smatch m;
-    const std::string out = launcher.out();
-    static const std::regex re("\\(node soak, pid ([0-9]+)\\)");
-    if (!std::regex_search(out, m, re)) return std::nullopt;
-    return static_cast<pid_t>(std::stoi(m[1]));
-  }
-
-  uint64_t total_batches() {
-    auto m = deploy::load_manifest(manifest_);
-    auto split = deploy::resolve_data_split(*m);
-    uint64_t total = 0;
-    for (const auto& w : m->cluster.workers)
-      total += (w.data.limit + w.batch_size - 1) / w.batch_size;
-    return total;
   }
 
   temp_dir dir_;
@@ -304,7 +288,7 @@ TEST(Soak, StopsAtRandomPointsOfTrainingScalingAndCheckpointsLoseNothing) {
       {stop_kind::sigterm, stop_point::checkpoint, 0, false},
       {stop_kind::sigkill, stop_point::checkpoint, 0, false},
       {stop_kind::sigterm, stop_point::training, 0, false},
-      {stop_kind::sigterm, stop_point::scale, 3, false},
+      {stop_kind::sigterm, stop_point::scale, 2, false},
   };
   int n = 0;
   for (int cycle = 0; cycle < 2 && !s.finished() && !HasFailure(); ++cycle)
