@@ -162,6 +162,10 @@ struct tier_stats {
   uint64_t ttl_expirations = 0;
   uint64_t pushes = 0;     // push requests handled
   uint64_t push_rows = 0;  // key positions pushed
+  // shard only: pushes answered without applying (their push id was
+  // applied before), and push ids forgotten from the bounded window.
+  uint64_t duplicate_pushes = 0;
+  uint64_t push_id_evictions = 0;
   // shard only: hits per chain tier (dram, write_behind, lmdb) and rows
   // served by the initializer.
   std::vector<uint64_t> chain_hits;
@@ -182,7 +186,8 @@ typename Inspector::result_type inspect(Inspector& f, tier_stats& x) {
   return f(caf::meta::type_name("tier_stats"), x.name, x.kind, x.index, x.lookups, x.hits, x.misses,
            x.inserts, x.evictions, x.flushed_rows, x.flush_batches, x.flush_bytes,
            x.write_back_rows, x.prefetch_requests, x.prefetch_rows, x.admission_rejections,
-           x.ttl_expirations, x.pushes, x.push_rows, x.chain_hits, x.initialized, x.rows, x.bytes,
+           x.ttl_expirations, x.pushes, x.push_rows, x.duplicate_pushes, x.push_id_evictions,
+           x.chain_hits, x.initialized, x.rows, x.bytes,
            x.capacity_rows, x.capacity_bytes, x.lmdb_rows, x.flushes_in_flight, x.write_behind_rows,
            x.mailbox_depth, x.latencies);
 }

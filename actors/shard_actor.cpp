@@ -467,6 +467,8 @@ shard_actor::behavior_type shard_behavior(shard_pointer self, shard_config confi
         out.ttl_expirations = dram.stats().expired;
         out.pushes = m.pushes;
         out.push_rows = m.push_rows;
+        out.duplicate_pushes = m.duplicate_pushes;
+        out.push_id_evictions = self->state.applied_pushes.evictions();
         out.chain_hits = cs.hits_per_tier;
         out.initialized = cs.initialized;
         out.rows = dram.size();

@@ -205,6 +205,15 @@ TEST(GatewayPushId, ADuplicateIdIsAppliedOnce) {
                            std::vector<float>(first_two.size() * dim, 1.0f), 7);
     ASSERT_TRUE(ok) << ok.err().message();
     for (float w : weights(gateway, c.table.name, first_two)) EXPECT_EQ(w, -5.0f);
+    // Each shard answered its part of the second id-7 push without applying
+    // it, and says so in its stats.
+    caf::scoped_actor self{system};
+    uint64_t duplicates = 0;
+    for (const auto& shard : cluster.shards)
+      self->request(shard, 30s, actors::stats_atom::value)
+          .receive([&](actors::tier_stats& st) { duplicates += st.duplicate_pushes; },
+                   [&](caf::error& e) { ADD_FAILURE() << system.render(e); });
+    EXPECT_EQ(duplicates, 2u);
   });
 }
 
