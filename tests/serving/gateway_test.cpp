@@ -139,6 +139,30 @@ TEST(Gateway, PushesAreAppliedExactlyAndSurviveAGracefulStop) {
   auto nine = c.lookup("emb", std::vector<uint64_t>{9});
   ASSERT_TRUE(nine);
   for (float w : nine->weights) EXPECT_EQ(w, -0.5f);
+
+  // Push ids (issue 15 item 5) end to end: the same id sent twice (binary
+  // protocol, UCX) is applied once; pushes without an explicit id get a
+  // fresh one each, so both apply.
+  const std::vector<uint64_t> ten = {10, 11};
+  const std::vector<float> ones(2 * dim, 1.0f);
+  ASSERT_TRUE(c.push("emb", ten, ones, 4242));
+  ASSERT_TRUE(c.push("emb", ten, ones, 4242));
+  EXPECT_EQ(c.last_push_id(), 4242u);
+  ASSERT_TRUE((*ucx)->push("emb", std::vector<uint64_t>{12}, std::vector<float>(dim, 0.5f), 4343));
+  ASSERT_TRUE((*ucx)->push("emb", std::vector<uint64_t>{12}, std::vector<float>(dim, 0.5f), 4343));
+  ASSERT_TRUE(c.push("emb", std::vector<uint64_t>{13}, std::vector<float>(dim, 1.0f)));
+  const uint64_t first_id = c.last_push_id();
+  ASSERT_TRUE(c.push("emb", std::vector<uint64_t>{13}, std::vector<float>(dim, 1.0f)));
+  EXPECT_NE(first_id, 0u);
+  EXPECT_NE(c.last_push_id(), first_id);
+  auto once = c.lookup("emb", std::vector<uint64_t>{10, 11, 12, 13});
+  ASSERT_TRUE(once);
+  for (uint32_t e = 0; e < dim; ++e) {
+    EXPECT_EQ(once->weights[0 * dim + e], -1.0f);
+    EXPECT_EQ(once->weights[1 * dim + e], -1.0f);
+    EXPECT_EQ(once->weights[2 * dim + e], -0.5f);
+    EXPECT_EQ(once->weights[3 * dim + e], -2.0f);
+  }
   ucx->reset();
 
   // Bad pushes: errors that name the problem.

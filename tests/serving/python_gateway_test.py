@@ -27,6 +27,16 @@ try:
     raise AssertionError("a push with fewer gradient rows than keys must raise")
 except ValueError as e:
     assert "one row per key" in str(e), e
+# A push id (issue 15 item 5): the same id twice is applied once.
+k503 = np.array([503], dtype=np.uint64)
+one = np.ones((1, dim), dtype=np.float32)
+c.push(table, k503, one, id=9001)
+c.push(table, k503, one, id=9001)
+assert c.last_push_id == 9001, c.last_push_id
+assert np.allclose(c.lookup(table, k503)[0], -lr * one[0]), c.lookup(table, k503)
+c.push(table, k503, one)  # a fresh id: applied
+assert c.last_push_id not in (0, 9001), c.last_push_id
+assert np.allclose(c.lookup(table, k503)[0], -2 * lr * one[0]), c.lookup(table, k503)
 print("push checks passed")
 
 try:
