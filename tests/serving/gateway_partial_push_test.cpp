@@ -15,6 +15,8 @@
 
 #include "actors/local_cluster.hpp"
 #include "actors/partition_map.hpp"
+#include "client/client.hpp"
+#include "serving/binary_server.hpp"
 #include "serving/training_gateway.hpp"
 #include "tests/actors/checkpoint_test_util.hpp"
 #include "tests/tiers/test_util.hpp"
@@ -214,6 +216,56 @@ TEST(GatewayPushId, ADuplicateIdIsAppliedOnce) {
           .receive([&](actors::tier_stats& st) { duplicates += st.duplicate_pushes; },
                    [&](caf::error& e) { ADD_FAILURE() << system.render(e); });
     EXPECT_EQ(duplicates, 2u);
+  });
+}
+
+// The gateway applied a push but its answer was lost (injected: the first
+// push is applied, then reported `unavailable`). serving_client re-sends it
+// with the id it gave it, and the shards apply it once.
+class lost_first_ack : public lookup_service {
+ public:
+  explicit lost_first_ack(training_gateway& gateway) : gateway_(gateway) {}
+  status lookup(const std::string& table, std::span<const uint64_t> keys,
+                lookup_result& out) override {
+    return gateway_.lookup(table, keys, out);
+  }
+  status prefetch(const std::string& table, std::span<const uint64_t> keys) override {
+    return gateway_.prefetch(table, keys);
+  }
+  status push(const std::string& table, uint32_t dim, std::span<const uint64_t> keys,
+              std::span<const float> grads, uint64_t id) override {
+    ids.push_back(id);
+    auto ok = gateway_.push(table, dim, keys, grads, id);
+    if (ok && ids.size() == 1)
+      return error(errc::unavailable, "injected: the push was applied, its answer lost");
+    return ok;
+  }
+  std::vector<uint64_t> ids;  // one connection: one thread
+
+ private:
+  training_gateway& gateway_;
+};
+
+TEST(GatewayPushId, TheClientRetriesAFailedPushWithItsIdAndItAppliesOnce) {
+  with_two_shards([](caf::actor_system& system, const actors::training_cluster& cluster,
+                     const actors::cluster_config& c, const std::vector<uint64_t>& keys) {
+    const uint32_t dim = c.table.layout.dim;
+    training_gateway gateway(system, cluster.coordinator, gateway_of(c, 30s));
+    lost_first_ack flaky(gateway);
+    binary_server server(flaky);
+    ASSERT_TRUE(server.start("127.0.0.1", 0));
+    client::client_options o;
+    o.replicas = {{"127.0.0.1", server.port()}};
+    auto client = client::serving_client::connect(o);
+    ASSERT_TRUE(client) << client.err().message();
+    auto ok = client->push(c.table.name, keys, std::vector<float>(keys.size() * dim, 1.0f));
+    EXPECT_TRUE(ok) << ok.err().message();
+    ASSERT_EQ(flaky.ids.size(), 2u) << "the client did not re-send the push";
+    EXPECT_NE(flaky.ids[0], 0u);
+    EXPECT_EQ(flaky.ids[1], flaky.ids[0]);
+    EXPECT_EQ(client->last_push_id(), flaky.ids[0]);
+    for (float w : weights(gateway, c.table.name, keys)) EXPECT_EQ(w, -1.0f);
+    server.stop();
   });
 }
 
