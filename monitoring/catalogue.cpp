@@ -183,6 +183,12 @@ void add_shard(family_set& out, const labels& owner, const actors::tier_stats& t
             d(t.write_behind_rows));
   out.counter("strata_shard_pushes_total", "Push requests applied.", owner, d(t.pushes));
   out.counter("strata_shard_push_rows_total", "Key positions pushed.", owner, d(t.push_rows));
+  out.counter("strata_shard_duplicate_pushes_total",
+              "Pushes whose push id was applied before: answered, not applied again.", owner,
+              d(t.duplicate_pushes));
+  out.counter("strata_shard_push_id_evictions_total",
+              "Push ids forgotten from the shard's bounded dedup window.", owner,
+              d(t.push_id_evictions));
 }
 
 void add_cache(family_set& out, const labels& owner, const actors::tier_stats& t) {
@@ -294,6 +300,8 @@ actors::tier_stats monotonic_merge(const actors::tier_stats& earlier,
   keep(m.ttl_expirations, earlier.ttl_expirations);
   keep(m.pushes, earlier.pushes);
   keep(m.push_rows, earlier.push_rows);
+  keep(m.duplicate_pushes, earlier.duplicate_pushes);
+  keep(m.push_id_evictions, earlier.push_id_evictions);
   keep(m.initialized, earlier.initialized);
   if (m.chain_hits.size() < earlier.chain_hits.size())
     m.chain_hits.resize(earlier.chain_hits.size());
