@@ -187,9 +187,8 @@ typename Inspector::result_type inspect(Inspector& f, tier_stats& x) {
            x.inserts, x.evictions, x.flushed_rows, x.flush_batches, x.flush_bytes,
            x.write_back_rows, x.prefetch_requests, x.prefetch_rows, x.admission_rejections,
            x.ttl_expirations, x.pushes, x.push_rows, x.duplicate_pushes, x.push_id_evictions,
-           x.chain_hits, x.initialized, x.rows, x.bytes,
-           x.capacity_rows, x.capacity_bytes, x.lmdb_rows, x.flushes_in_flight, x.write_behind_rows,
-           x.mailbox_depth, x.latencies);
+           x.chain_hits, x.initialized, x.rows, x.bytes, x.capacity_rows, x.capacity_bytes,
+           x.lmdb_rows, x.flushes_in_flight, x.write_behind_rows, x.mailbox_depth, x.latencies);
 }
 
 // What an actor without tiers (worker, dense, coordinator) reports to the

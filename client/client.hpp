@@ -32,7 +32,7 @@ namespace strata::client {
 struct client_options {
   std::vector<wire::endpoint> replicas;
   std::chrono::milliseconds timeout{5000};  // per request, on one replica
-  uint32_t push_retries = 2;  // re-sends of a push (same id) the gateway failed
+  uint32_t push_retries = 2;                // re-sends of a push (same id) the gateway failed
 };
 
 // A lookup's answer: dim, then per key its version (0: the table's default

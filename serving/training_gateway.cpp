@@ -72,8 +72,9 @@ std::string partial_push(const std::vector<shard_keys>& parts, size_t failed, ui
     out += "); retry the whole push with the same id (" + std::to_string(id) +
            "): each shard applies its part of an id once";
   else
-    out += "); re-sending the whole push would apply the applied keys twice (send a push id to "
-           "make a retry safe)";
+    out +=
+        "); re-sending the whole push would apply the applied keys twice (send a push id to "
+        "make a retry safe)";
   return out;
 }
 

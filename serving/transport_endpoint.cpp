@@ -89,8 +89,7 @@ void transport_endpoint::serve(transport::inbound_frame f) {
     case frame_type::serve_push: {
       auto req = wire::decode_push(f.payload);
       if (!req) return fail(req.err());
-      if (auto ok = service_.push(req->table, req->dim, req->keys, req->grads, req->id);
-          !ok)
+      if (auto ok = service_.push(req->table, req->dim, req->keys, req->grads, req->id); !ok)
         return fail(ok.err());
       return ack(req->keys.size());
     }
