@@ -1,5 +1,6 @@
 #include "common/io_env.hpp"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -142,7 +143,10 @@ int faulty_io_env::fault(io_op op, std::string_view path) {
     if (!r.path.empty() && path.find(r.path) == std::string_view::npos) continue;
     const uint64_t n = ++*r.calls;
     if (n < r.first || n > r.last) continue;
-    ++fired_;
+    if (++fired_ == 1 && !once_file_.empty()) {
+      const int fd = ::open(once_file_.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+      if (fd >= 0) ::close(fd);
+    }
     std::fprintf(stderr, "strata: injected fault: %s call %llu on %.*s fails with %s (%s)\n",
                  std::string(to_string(op)).c_str(), static_cast<unsigned long long>(n),
                  static_cast<int>(path.size()), path.data(), std::string(errno_label(r.err)).c_str(),
@@ -165,7 +169,14 @@ status install_io_env_from_environment() {
   if (!spec || !*spec) return {};
   auto rules = parse_fault_spec(spec);
   if (!rules) return rules.err();
-  installed = std::make_unique<faulty_io_env>(std::move(*rules));
+  const char* once = std::getenv("STRATA_FAULT_ONCE");
+  const std::string once_file = once ? once : "";
+  if (!once_file.empty() && ::access(once_file.c_str(), F_OK) == 0) {
+    std::fprintf(stderr, "strata: STRATA_FAULT_ONCE=%s exists: fault injection off\n",
+                 once_file.c_str());
+    return {};
+  }
+  installed = std::make_unique<faulty_io_env>(std::move(*rules), once_file);
   set_io_env(installed.get());
   std::fprintf(stderr, "strata: STRATA_FAULT=%s: fault injection on\n", spec);
   return {};

@@ -19,6 +19,11 @@
 // every later LMDB commit. Every injected fault logs one line to stderr.
 // A malformed value is an error naming it (install_io_env_from_environment).
 //
+// STRATA_FAULT_ONCE=FILE makes the faults one-shot across processes: the
+// first injected fault creates FILE, and a process that starts while FILE
+// exists runs without faults. So a node restarted by the crash policy
+// (checkpoint.on_failure: restart) recovers, whatever its own call counts.
+//
 // Thread-safety: fault() may be called from any thread (counters are
 // atomic); replace the environment only while no I/O runs (tests).
 #pragma once
@@ -69,13 +74,16 @@ expected<std::vector<fault_rule>> parse_fault_spec(std::string_view spec);
 // Fails the operations its rules name; logs each injected fault to stderr.
 class faulty_io_env final : public io_env {
  public:
-  explicit faulty_io_env(std::vector<fault_rule> rules) : rules_(std::move(rules)) {}
+  // `once_file`: created at the first injected fault ("": none).
+  explicit faulty_io_env(std::vector<fault_rule> rules, std::string once_file = {})
+      : rules_(std::move(rules)), once_file_(std::move(once_file)) {}
   int fault(io_op op, std::string_view path) override;
   // Faults injected so far.
   uint64_t fired() const { return fired_.load(); }
 
  private:
   std::vector<fault_rule> rules_;
+  std::string once_file_;
   std::atomic<uint64_t> fired_{0};
 };
 
