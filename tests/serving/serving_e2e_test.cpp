@@ -83,7 +83,11 @@ TEST(ServingEndToEnd, TrainServeAndKeepServingWhileTrainingUpdatesIt) {
   const fs::path d = dir.path();
   const uint16_t port = testing::free_port();
   std::ofstream(d / "one-epoch.yaml") << manifest(d, 1, port);
-  std::ofstream(d / "two-epochs.yaml") << manifest(d, 2, port);
+  // The second run trains 15 more epochs (a second or two): long enough for
+  // the server's subscriber (retrying every 100 ms) to connect to the new
+  // node's publisher under any load; a run of one more epoch (0.1 s) could
+  // end before it did, and then nothing was published to it.
+  std::ofstream(d / "more-epochs.yaml") << manifest(d, 16, port);
   const std::string bin = STRATA_BINARY;
   ASSERT_EQ(run(bin + " node --manifest " + (d / "one-epoch.yaml").string() + " --node live > " +
                 (d / "train1.log").string() + " 2>&1"),
@@ -117,7 +121,7 @@ TEST(ServingEndToEnd, TrainServeAndKeepServingWhileTrainingUpdatesIt) {
   for (const auto& [k, v] : want) keys.push_back(k);
 
   // Serve it (with the second manifest: it subscribes to the updates port).
-  const auto [server, serve_port] = start_serve(bin, d / "two-epochs.yaml", d);
+  const auto [server, serve_port] = start_serve(bin, d / "more-epochs.yaml", d);
   ASSERT_NE(serve_port, 0) << std::ifstream(d / "serve.log").rdbuf();
   auto c = client::serving_client::connect({{{"127.0.0.1", serve_port}}});
   ASSERT_TRUE(c.has_value());
@@ -132,7 +136,7 @@ TEST(ServingEndToEnd, TrainServeAndKeepServingWhileTrainingUpdatesIt) {
 
   // Train on from the checkpoint (a new incarnation) while serving follows.
   ASSERT_EQ(
-      run(bin + " node --manifest " + (d / "two-epochs.yaml").string() + " --node live --resume " +
+      run(bin + " node --manifest " + (d / "more-epochs.yaml").string() + " --node live --resume " +
           (d / "ckpt").string() + " > " + (d / "train2.log").string() + " 2>&1"),
       0)
       << std::ifstream(d / "train2.log").rdbuf();
@@ -146,7 +150,7 @@ TEST(ServingEndToEnd, TrainServeAndKeepServingWhileTrainingUpdatesIt) {
           EXPECT_GE(now->versions[i], before->versions[i]) << "key " << keys[i] << " went back";
           if (incarnation_of(now->versions[i]) > meta->incarnation) ++moved;
         }
-        return moved * 2 > keys.size();  // most keys were trained again in epoch 2
+        return moved * 2 > keys.size();  // most keys were trained again in the second run
       },
       30s);
   EXPECT_TRUE(updated) << moved << " of " << keys.size() << " keys updated; serve log:\n"
