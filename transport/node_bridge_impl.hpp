@@ -4,8 +4,9 @@
 //
 // Ownership: node_bridge owns its impl; impl owns the UCX context, worker,
 // listener and progress thread, every peer_state (peers_ never shrinks),
-// every ep_context (ep_contexts) and every send_op handed to UCX
-// (in_flight, freed after ucp_worker_destroy when a callback never came).
+// every ep_context (ep_contexts), every send_op and rendezvous receive
+// handed to UCX (in_flight, rndv_pending: freed after ucp_worker_destroy
+// when a callback never came).
 // UCX holds only raw pointers to them (request user data, handler args).
 //
 // Threads: one progress thread (impl::run) owns the UCX worker
@@ -234,6 +235,12 @@ struct node_bridge::impl {
     frame_header header;
     payload_bytes payload;
   };
+  // Rendezvous receives handed to UCX, owned here like in_flight: a receive
+  // still running when the worker is destroyed (a node stopping while a
+  // large frame arrives) never gets its callback; the rest are freed after
+  // ucp_worker_destroy.
+  std::unordered_map<rndv_context*, std::unique_ptr<rndv_context>> rndv_pending;
+  std::unique_ptr<rndv_context> take_rndv(rndv_context* ctx);
 
   static void on_rndv_done(void* request, ucs_status_t status, size_t, void* user_data);
 

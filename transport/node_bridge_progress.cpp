@@ -148,6 +148,7 @@ void node_bridge::impl::destroy() {
   if (listener != nullptr) ucp_listener_destroy(listener);
   if (worker != nullptr) ucp_worker_destroy(worker);
   in_flight.clear();  // no callback runs after the worker is gone
+  rndv_pending.clear();
   if (context != nullptr) ucp_cleanup(context);
   if (wake_fd >= 0) ::close(wake_fd);
   listener = nullptr;

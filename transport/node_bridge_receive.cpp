@@ -31,8 +31,14 @@ void node_bridge::impl::reject(peer_state* peer, const std::string& reason) {
   mark_down(*peer, "rejected frame: " + reason);
 }
 
+std::unique_ptr<node_bridge::impl::rndv_context> node_bridge::impl::take_rndv(rndv_context* ctx) {
+  auto node = rndv_pending.extract(ctx);
+  return std::move(node.mapped());
+}
+
 void node_bridge::impl::on_rndv_done(void* request, ucs_status_t status, size_t, void* user_data) {
-  std::unique_ptr<rndv_context> ctx(static_cast<rndv_context*>(user_data));
+  auto* raw = static_cast<rndv_context*>(user_data);
+  std::unique_ptr<rndv_context> ctx = raw->owner->take_rndv(raw);
   auto& peer = *ctx->owner->peers_[ctx->peer];
   --peer.rndv_in_flight;
   if (status != UCS_OK) {
@@ -78,14 +84,15 @@ void node_bridge::impl::received(const void* header, size_t header_length, void*
     p.user_data = ctx.get();
     ++peer->rndv_in_flight;
     ++peer->rndv_received;
-    auto* raw = ctx.release();
+    auto* raw = ctx.get();
+    rndv_pending.emplace(raw, std::move(ctx));
     auto* r = ucp_am_recv_data_nbx(worker, data, raw->payload.data(), length, &p);
     if (r == nullptr) {
-      std::unique_ptr<rndv_context> done(raw);
+      std::unique_ptr<rndv_context> done = take_rndv(raw);
       --peer->rndv_in_flight;
       complete(*peer, done->header, std::move(done->payload));
     } else if (UCS_PTR_IS_ERR(r)) {
-      std::unique_ptr<rndv_context> done(raw);
+      std::unique_ptr<rndv_context> done = take_rndv(raw);
       --peer->rndv_in_flight;
       mark_down(*peer, std::string("receive failed: ") + ucs_status_string(UCS_PTR_STATUS(r)));
     }
