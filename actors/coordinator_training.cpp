@@ -294,6 +294,16 @@ void run_round(coordinator_pointer self, std::function<void()> next) {
   }
 }
 
+// At a cut: a checkpoint when one is due and none is being written, then
+// `next`.
+void checkpoint_if_due(coordinator_pointer self, std::function<void()> next) {
+  auto& s = self->state;
+  if (checkpoint_due(s) && !s.writing)
+    take_checkpoint(self, std::move(next));
+  else
+    next();
+}
+
 // Async mode: rounds until the data ends or a stop; a checkpoint at a
 // round's end when one is due.
 void async_round(coordinator_pointer self) {
@@ -305,12 +315,8 @@ void async_round(coordinator_pointer self) {
       at_cut(
           self,
           [self] {
-            auto& s = self->state;
-            auto again = [self] { self->delayed_send(self, idle_poll, idle_atom::value); };
-            if (checkpoint_due(s) && !s.writing)
-              take_checkpoint(self, again);
-            else
-              again();
+            checkpoint_if_due(self,
+                              [self] { self->delayed_send(self, idle_poll, idle_atom::value); });
           },
           false);
       return;
@@ -321,14 +327,7 @@ void async_round(coordinator_pointer self) {
     }
     at_cut(
         self,
-        [self] {
-          auto& s = self->state;
-          if (checkpoint_due(s) && !s.writing) {
-            take_checkpoint(self, [self] { async_round(self); });
-            return;
-          }
-          async_round(self);
-        },
+        [self] { checkpoint_if_due(self, [self] { async_round(self); }); },
         false);
   });
 }
@@ -351,13 +350,7 @@ void start_pass(coordinator_pointer self) {
                 }
                 at_cut(
                     self,
-                    [self] {
-                      auto& s = self->state;
-                      if (checkpoint_due(s) && !s.writing)
-                        take_checkpoint(self, [self] { start_pass(self); });
-                      else
-                        start_pass(self);
-                    },
+                    [self] { checkpoint_if_due(self, [self] { start_pass(self); }); },
                     false);
               },
               pass_end_atom::value, self->state.pass);
