@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <fstream>
 #include <optional>
 #include <queue>
 #include <unordered_map>
@@ -24,7 +25,84 @@ status run_cache_call(const std::function<void(cache_completion)>& call) {
   return *result;
 }
 
+// What prepare_directory may delete: the marker and LMDB's two files.
+bool own_file(const std::string& name) {
+  return name == serving_marker_name || name == "data.mdb" || name == "lock.mdb";
+}
+
+// What a directory that is not the serving store's looks like, for the error.
+std::string what_it_looks_like(const std::vector<std::string>& names) {
+  bool data = false;
+  for (const auto& n : names) {
+    if (n.rfind("shard-", 0) == 0) return " (it looks like the shards' ssd_path)";
+    if (n.rfind("ckpt-", 0) == 0) return " (it looks like a checkpoint root)";
+    if (n == actors::checkpoint_meta_name || n == file_manifest_name)
+      return " (it looks like a checkpoint)";
+    if (n == "data.mdb") data = true;
+  }
+  if (data) return " (an LMDB environment the serving store did not create: a shard's?)";
+  return "";
+}
+
 }  // namespace
+
+status prepare_directory(const fs::path& path) {
+  std::error_code ec;
+  const auto st = fs::symlink_status(path, ec);
+  if (ec && ec != std::errc::no_such_file_or_directory)
+    return error(errc::io_error, path.string() + ": serving lmdb_path: " + ec.message());
+  if (fs::exists(st)) {
+    if (!fs::is_directory(st))
+      return error(errc::invalid_argument,
+                   path.string() + ": serving lmdb_path is not a directory; point "
+                                   "serving.lmdb_path at a new or empty directory");
+    // Only ever delete the store's own files: a lmdb_path that names the
+    // shards' ssd_path or a checkpoint must not wipe them.
+    std::vector<std::string> names, foreign;
+    for (fs::directory_iterator it(path, ec), end; !ec && it != end; it.increment(ec)) {
+      names.push_back(it->path().filename().string());
+      if (!own_file(names.back())) foreign.push_back(names.back());
+    }
+    if (ec)
+      return error(errc::io_error,
+                   path.string() + ": cannot list the serving lmdb_path: " + ec.message());
+    const bool marked =
+        std::find(names.begin(), names.end(), serving_marker_name) != names.end();
+    if (!names.empty() && (!foreign.empty() || !marked)) {
+      std::sort(foreign.begin(), foreign.end());
+      std::string found;
+      const auto& shown = foreign.empty() ? names : foreign;
+      for (size_t i = 0; i < shown.size() && i < 5; ++i) found += (i ? ", " : "") + shown[i];
+      if (shown.size() > 5) found += ", ... (" + std::to_string(shown.size()) + " entries)";
+      return error(errc::invalid_argument,
+                   path.string() + ": serving lmdb_path holds files the serving store did not "
+                                   "write (" + found + ")" + what_it_looks_like(names) +
+                       "; nothing was removed. Point serving.lmdb_path at a new or empty "
+                       "directory of its own (default: ssd_path/serving)");
+    }
+    for (const auto& n : names) {
+      if (n == serving_marker_name) continue;
+      fs::remove(path / n, ec);
+      if (ec)
+        return error(errc::io_error, (path / n).string() +
+                                         ": cannot clear the serving LMDB: " + ec.message());
+    }
+  } else {
+    fs::create_directories(path, ec);
+    if (ec)
+      return error(errc::io_error,
+                   path.string() + ": cannot create the serving lmdb_path: " + ec.message());
+  }
+  const fs::path marker = path / serving_marker_name;
+  if (!fs::exists(marker, ec)) {
+    std::ofstream out(marker);
+    out << "strata serving store: this directory's data.mdb is rebuilt from a checkpoint at "
+           "every start\n";
+    if (!out.flush())
+      return error(errc::io_error, marker.string() + ": cannot write the serving store's marker");
+  }
+  return {};
+}
 
 struct serving_store::impl {
   serving_store_config config;
@@ -157,11 +235,7 @@ expected<std::unique_ptr<serving_store>> serving_store::open(serving_store_confi
   p->cache = std::move(cache);
   p->pending = row_buffer(layout);
   // The store's environment is a copy of a checkpoint plus updates: start empty.
-  std::error_code ec;
-  fs::remove_all(config.lmdb_path, ec);
-  if (ec)
-    return error(errc::io_error,
-                 config.lmdb_path.string() + ": cannot clear the serving LMDB: " + ec.message());
+  STRATA_TRY(prepare_directory(config.lmdb_path));
   lmdb_tier_config lc;
   lc.directory = config.lmdb_path;
   lc.table = config.table;

@@ -50,7 +50,8 @@ namespace strata::serving {
 struct serving_store_config {
   std::string table = "default";
   uint32_t dim = 0;                      // 0: taken from the checkpoint
-  std::filesystem::path lmdb_path;       // the store's own environment (emptied at open)
+  std::filesystem::path lmdb_path;       // the store's own environment (emptied at open; see
+                                         // prepare_directory)
   uint32_t partitions = 4096;            // the cluster's partition count (LMDB keys)
   size_t dram_bytes = size_t{64} << 20;  // DRAM tier budget
   float default_value = 0.0f;            // every element of the default vector
@@ -80,6 +81,17 @@ struct lookup_result {
   std::vector<float> weights;      // n x dim
   std::vector<uint64_t> versions;  // n
 };
+
+// The file that marks a directory as a serving store's own environment.
+inline constexpr const char* serving_marker_name = "STRATA_SERVING";
+
+// Makes `path` the store's empty environment directory: creates it (with
+// the marker) when absent; when present, deletes data.mdb and lock.mdb only
+// if it holds nothing but those and the marker. Any other content, or LMDB
+// files without the marker (a shard environment, a checkpoint root, the
+// shards' ssd_path), is refused with an error naming the path and what it
+// holds, and nothing is removed.
+status prepare_directory(const std::filesystem::path& path);
 
 class serving_store {
  public:

@@ -7,7 +7,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <fstream>
 #include <functional>
+#include <map>
 #include <random>
 
 #include "tests/serving/serving_test_util.hpp"
@@ -298,6 +300,103 @@ TEST(ServingStore, RefusesACheckpointOfAnotherTableOrDim) {
   ASSERT_FALSE(loaded.has_value());
   EXPECT_NE(loaded.err().message().find("CHECKPOINT: table is 'clicks'"), std::string::npos)
       << loaded.err().message();
+}
+
+// Every file under `root` with its size: what must survive a refused open.
+std::map<std::string, uintmax_t> tree_of(const std::filesystem::path& root) {
+  std::map<std::string, uintmax_t> out;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(root))
+    out[std::filesystem::relative(e.path(), root).string()] =
+        e.is_regular_file() ? e.file_size() : 0;
+  return out;
+}
+
+expected<std::unique_ptr<serving_store>> open_at(const std::filesystem::path& lmdb_path) {
+  serving_store_config c;
+  c.table = "ads";
+  c.dim = dim;
+  c.partitions = 64;
+  c.lmdb_path = lmdb_path;
+  return serving_store::open(
+      c, std::make_unique<cpu_cache>(row_layout{dim, optimizer_kind::sgd, false},
+                                     cache_geometry{4, 1}));
+}
+
+// Issue 16 item 5: a serving.lmdb_path naming the shards' ssd_path, a
+// shard's environment or the checkpoint root used to be removed whole.
+TEST(ServingStore, RefusesADirectoryThatHoldsAnythingButItsOwnFiles) {
+  testing::temp_dir dir;
+  // The shards' ssd_path: a real shard environment and a stray file.
+  const auto ssd = dir.path() / "ssd";
+  {
+    lmdb_tier_config lc;
+    lc.directory = ssd / "shard-0";
+    lc.table = "ads";
+    lc.partitions = 64;
+    lc.map_bytes = size_t{1} << 30;
+    auto tier = lmdb_tier::open(row_layout{dim, optimizer_kind::adagrad, true}, lc);
+    ASSERT_TRUE(tier.has_value()) << tier.err().to_string();
+  }
+  { std::ofstream(ssd / "notes.txt") << "keep me\n"; }
+  // A checkpoint root with one checkpoint and a stray file.
+  const auto root = dir.path() / "checkpoints";
+  testing::write_test_checkpoint(root / "ckpt-000000000001", "ads", dim, 50, 2);
+  { std::ofstream(root / "README") << "keep me\n"; }
+
+  struct refused_case {
+    std::filesystem::path path;
+    std::string looks_like;
+  };
+  for (const auto& [path, looks_like] :
+       {refused_case{ssd, "the shards' ssd_path"}, refused_case{ssd / "shard-0", "a shard's"},
+        refused_case{root, "a checkpoint root"},
+        refused_case{root / "ckpt-000000000001", "a checkpoint"}}) {
+    const auto before_ssd = tree_of(ssd);
+    const auto before_root = tree_of(root);
+    auto store = open_at(path);
+    ASSERT_FALSE(store.has_value()) << path;
+    const std::string msg = store.err().message();
+    EXPECT_NE(msg.find(path.string() + ": serving lmdb_path holds files"), std::string::npos)
+        << msg;
+    EXPECT_NE(msg.find(looks_like), std::string::npos) << msg;
+    EXPECT_NE(msg.find("nothing was removed"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("new or empty directory"), std::string::npos) << msg;
+    EXPECT_EQ(tree_of(ssd), before_ssd) << path;
+    EXPECT_EQ(tree_of(root), before_root) << path;
+  }
+  // The checkpoint is still whole: a store elsewhere loads it.
+  auto store = open_at(dir.path() / "serving");
+  ASSERT_TRUE(store.has_value()) << store.err().to_string();
+  auto loaded = (*store)->load_checkpoint(root / "ckpt-000000000001");
+  EXPECT_TRUE(loaded.has_value()) << (loaded ? "" : loaded.err().to_string());
+
+  // A plain file is refused too.
+  { std::ofstream(dir.path() / "file") << "x"; }
+  auto on_file = open_at(dir.path() / "file");
+  ASSERT_FALSE(on_file.has_value());
+  EXPECT_NE(on_file.err().message().find("is not a directory"), std::string::npos);
+}
+
+TEST(ServingStore, ReopensItsOwnDirectoryEmptyAndAcceptsAnEmptyOne) {
+  testing::temp_dir dir;
+  testing::write_test_checkpoint(dir.path() / "ckpt", "ads", dim, 50, 1);
+  {
+    auto store = open_at(dir.path() / "serving");
+    ASSERT_TRUE(store.has_value()) << store.err().to_string();
+    ASSERT_TRUE((*store)->load_checkpoint(dir.path() / "ckpt").has_value());
+    EXPECT_EQ((*store)->stats().loaded_rows, 50u);
+  }
+  EXPECT_TRUE(std::filesystem::exists(dir.path() / "serving" / serving_marker_name));
+  {
+    // The second start finds only its own files and starts empty again.
+    auto store = open_at(dir.path() / "serving");
+    ASSERT_TRUE(store.has_value()) << store.err().to_string();
+    auto v = (*store)->version_of(1000);
+    ASSERT_TRUE(v.has_value());
+    EXPECT_EQ(*v, 0u);
+  }
+  std::filesystem::create_directories(dir.path() / "empty");
+  EXPECT_TRUE(open_at(dir.path() / "empty").has_value());
 }
 
 }  // namespace
