@@ -2,6 +2,7 @@
 // checked once every field parsed (deploy/manifest_parse.hpp).
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
 #include <set>
 #include <string>
 #include <utility>
@@ -16,6 +17,57 @@ namespace {
 
 // Slots the readers produce per example, by format (features.hpp).
 constexpr uint32_t criteo_slots = 13 + 26;
+
+// `inner` is `outer` or below it (lexically, after making both absolute).
+bool within(const std::filesystem::path& inner, const std::filesystem::path& outer) {
+  const auto a = std::filesystem::absolute(inner).lexically_normal();
+  const auto b = std::filesystem::absolute(outer).lexically_normal();
+  auto i = a.begin();
+  for (auto j = b.begin(); j != b.end(); ++j, ++i) {
+    if (j->empty()) continue;  // a trailing separator
+    if (i == a.end() || *i != *j) return false;
+  }
+  return true;
+}
+
+// `inner` (within `outer`) is a shard's environment or below one.
+bool shard_part(const std::filesystem::path& inner, const std::filesystem::path& outer) {
+  const auto rel = std::filesystem::absolute(inner).lexically_normal().lexically_relative(
+      std::filesystem::absolute(outer).lexically_normal());
+  return !rel.empty() && rel.begin()->string().rfind("shard-", 0) == 0;
+}
+
+// serving.lmdb_path is emptied at every serve: it must not be, hold or sit
+// inside what training keeps (issue 16 item 5). Inside ssd_path is fine
+// (the default, ssd_path/serving), but not inside a shard's environment.
+void check_serving_path(const raw_manifest& r, diagnostics& diag) {
+  if (!r.serving.present || r.serving.lmdb_path.empty()) return;
+  const auto& p = r.serving.lmdb_path;
+  const std::string refuse = p.string() + " would be emptied by strata serve but ";
+  std::vector<std::pair<std::string, std::filesystem::path>> ssd{{"shards.ssd_path", r.ssd_path}};
+  for (size_t i = 0; i < r.nodes.size(); ++i)
+    if (!r.nodes[i].ssd_path.empty())
+      ssd.push_back({"nodes[" + std::to_string(i) + "].ssd_path", r.nodes[i].ssd_path});
+  for (const auto& [field, dir] : ssd) {
+    if (dir.empty()) continue;
+    if (within(dir, p))
+      diag.fail_at("serving.lmdb_path", refuse + "holds " + field + " (" + dir.string() +
+                                            "); use a directory of its own, e.g. " +
+                                            (dir / "serving").string());
+    else if (within(p, dir) && shard_part(p, dir))
+      diag.fail_at("serving.lmdb_path", refuse + "is inside a shard environment of " + field +
+                                            " (" + dir.string() + "); use e.g. " +
+                                            (dir / "serving").string());
+  }
+  for (const auto& [field, ckpt] :
+       {std::pair<std::string, std::filesystem::path>{"checkpoint.dir", r.checkpoint.directory},
+        {"serving.checkpoint", r.serving.checkpoint}})
+    if (!ckpt.empty() && (within(ckpt, p) || within(p, ckpt)))
+      diag.fail_at("serving.lmdb_path", refuse + (within(ckpt, p) ? "holds " : "is inside ") +
+                                            field + " (" + ckpt.string() +
+                                            "); use a directory of its own, e.g. "
+                                            "ssd_path/serving");
+}
 
 }  // namespace
 
@@ -33,6 +85,7 @@ uint32_t reader_slots(const raw_manifest& r) {
 }
 
 void check_rules(const raw_manifest& r, diagnostics& diag) {
+  check_serving_path(r, diag);
   std::set<std::string> node_names;
   for (size_t i = 0; i < r.nodes.size(); ++i) {
     const auto& n = r.nodes[i];

@@ -412,5 +412,31 @@ TEST(Manifest, ServingErrorsNameTheField) {
   EXPECT_ERROR(appended("updates:\n  interval_ms: 0\n"), "m.yaml:17: updates.interval_ms");
 }
 
+// Issue 16 item 5: strata serve empties serving.lmdb_path, so it may not be,
+// hold or sit in what training keeps (shards.ssd_path is /tmp/state).
+TEST(Manifest, ServingLmdbPathStaysOutOfTheShardsAndCheckpoints) {
+  EXPECT_ERROR(appended("serving:\n  lmdb_path: /tmp/state\n"),
+               "m.yaml:17: serving.lmdb_path: /tmp/state would be emptied by strata serve but "
+               "holds shards.ssd_path (/tmp/state)");
+  EXPECT_ERROR(appended("serving:\n  lmdb_path: /tmp\n"),
+               "m.yaml:17: serving.lmdb_path: /tmp would be emptied by strata serve but holds "
+               "shards.ssd_path");
+  EXPECT_ERROR(appended("serving:\n  lmdb_path: /tmp/state/shard-0/x\n"),
+               "serving.lmdb_path: /tmp/state/shard-0/x would be emptied by strata serve but is "
+               "inside a shard environment of shards.ssd_path");
+  EXPECT_ERROR(appended("checkpoint:\n  dir: /ck\nserving:\n  lmdb_path: /ck/\n"),
+               "m.yaml:19: serving.lmdb_path: /ck/ would be emptied by strata serve but holds "
+               "checkpoint.dir (/ck)");
+  EXPECT_ERROR(appended("checkpoint:\n  dir: /ck\nserving:\n  lmdb_path: /ck/serving\n"),
+               "but is inside checkpoint.dir (/ck)");
+  EXPECT_ERROR(appended("serving:\n  checkpoint: /c/ckpt-1\n  lmdb_path: /c\n"),
+               "but holds serving.checkpoint (/c/ckpt-1)");
+  // Beside the shards is fine: the default is ssd_path/serving.
+  for (const char* ok : {"/tmp/state/serving", "/tmp/state/serving-copy", "/srv/serving"}) {
+    auto m = parse_manifest(appended(std::string("serving:\n  lmdb_path: ") + ok + "\n"), "m.yaml");
+    EXPECT_TRUE(m) << ok << ": " << m.err().message();
+  }
+}
+
 }  // namespace
 }  // namespace strata::deploy
