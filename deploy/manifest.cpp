@@ -43,6 +43,14 @@ expected<std::string> admin_token(const manifest& m) {
   return token;
 }
 
+expected<auth::secret> cluster_secret(const manifest& m) {
+  if (m.cluster_secret.file.empty())
+    return error(errc::invalid_argument,
+                 m.file.string() + ": cluster_secret: the manifest has none (add cluster_secret: "
+                                   "{file: PATH, create_if_missing: true})");
+  return auth::read_secret_file(m.cluster_secret.file, m.file.string() + ": cluster_secret.file");
+}
+
 std::filesystem::path shard_directory(const std::filesystem::path& ssd_path, uint32_t index) {
   return ssd_path / ("shard-" + std::to_string(index));
 }
@@ -123,6 +131,7 @@ expected<manifest> parse_manifest(std::string_view text, const std::string& file
     read_dense(top.child("dense"), r);
     read_metrics(top.child("metrics"), r);
     read_admin(top.child("admin"), r);
+    if (top.has("cluster_secret")) read_cluster_secret(top.child("cluster_secret"), r);
     read_checkpoint(top.child("checkpoint"), r);
     read_transport(top.child("transport"), r);
     read_gateway(top.child("gateway"), r);

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "actors/config.hpp"
+#include "common/auth.hpp"
 #include "common/error.hpp"
 #include "model/datagen.hpp"
 #include "model/reader.hpp"
@@ -99,6 +100,15 @@ struct admin_settings {
   bool create_if_missing = false;          // token_file absent: create it (random, mode 0600)
 };
 
+// `cluster_secret`: the secret every node of a multi-node cluster proves it
+// holds before its frames are accepted (docs/multi-node.md, "Membership").
+// Required with a nodes list; the file is created at start when
+// create_if_missing (deploy/preflight.hpp), like the admin token.
+struct cluster_secret_settings {
+  std::filesystem::path file;      // empty: none (single-process clusters)
+  bool create_if_missing = false;  // absent file: create it (random, mode 0600)
+};
+
 // What the launcher does when a node process dies (checkpoint.on_failure).
 enum class failure_policy : uint8_t {
   stop,     // exit non-zero naming the node (default)
@@ -159,6 +169,7 @@ struct manifest {
   std::filesystem::path ssd_path;  // shards' LMDB environments: ssd_path / "shard-<i>"
   metrics_settings metrics;        // node filled in (the cluster's name by default)
   admin_settings admin;
+  cluster_secret_settings cluster_secret;
   std::vector<node_settings> nodes;    // empty: one implicit node
   std::vector<std::string> placement;  // shard -> node name; empty: spread
   // With a nodes list: the node of every shard, cache tier and worker
@@ -200,6 +211,11 @@ expected<void> resolve_data_split(manifest& m);
 // The admin token: admin.token, or the trimmed content of admin.token_file
 // (errors name the file).
 expected<std::string> admin_token(const manifest& m);
+
+// The cluster secret: cluster_secret.file read with auth::read_secret_file
+// (owner-only, at least 16 characters; errors name the manifest, the field
+// and the file). invalid_argument when the manifest has no cluster_secret.
+expected<auth::secret> cluster_secret(const manifest& m);
 
 // The LMDB environment directory of shard `index`.
 std::filesystem::path shard_directory(const std::filesystem::path& ssd_path, uint32_t index);

@@ -40,6 +40,8 @@ manifest build(const raw_manifest& r, const std::string& file) {
     m.worker_nodes = resolve(r.worker_placement, r.worker_count);
   }
   m.admin.token_file = r.admin_token_file;
+  m.cluster_secret.file = r.cluster_secret_file;
+  m.cluster_secret.create_if_missing = r.cluster_secret_create;
   if (m.metrics.node.empty()) m.metrics.node = r.name;
   m.on_failure = r.on_failure;
   m.max_restarts = r.max_restarts;

@@ -74,6 +74,9 @@ struct raw_manifest {
   gateway_settings gateway;
   admin_settings admin;
   std::string admin_token_file;
+  std::string cluster_secret_file;
+  bool cluster_secret_create = false;
+  bool has_cluster_secret = false;
   actors::checkpoint_settings checkpoint;
   serving_settings serving;
   updates_settings updates;
@@ -102,6 +105,7 @@ void read_updates(section s, raw_manifest& r);
 void read_gateway(section s, raw_manifest& r);
 void read_transport(section s, raw_manifest& r);
 void read_admin(section s, raw_manifest& r);
+void read_cluster_secret(section s, raw_manifest& r);
 void read_metrics(section s, raw_manifest& r);
 
 // --- the rules between fields (manifest_rules.cpp) ----------------------------

@@ -137,6 +137,14 @@ void check_rules(const raw_manifest& r, diagnostics& diag) {
                       std::to_string(n.transport_port) + ", as another node does");
     }
   }
+  // Nodes admit only members that prove they hold the cluster secret
+  // (docs/multi-node.md, "Membership"): a cluster of nodes needs one.
+  if (!r.nodes.empty() && !r.has_cluster_secret)
+    diag.fail_at("nodes",
+                 "a cluster with a nodes list needs cluster_secret: {file: PATH, "
+                 "create_if_missing: true} (the secret its nodes prove they share)");
+  if (r.has_cluster_secret && r.cluster_secret_file.empty())
+    diag.fail_at("cluster_secret.file", "must name the secret file");
   if (r.admin.port != 0 && r.admin.token.empty() && r.admin_token_file.empty())
     diag.fail_at(
         "admin.port",

@@ -347,6 +347,14 @@ void read_admin(section s, raw_manifest& r) {
   s.finish();
 }
 
+void read_cluster_secret(section s, raw_manifest& r) {
+  r.has_cluster_secret = true;
+  s.require("file");
+  s.text("file", r.cluster_secret_file);
+  s.boolean("create_if_missing", r.cluster_secret_create);
+  s.finish();
+}
+
 void read_metrics(section s, raw_manifest& r) {
   s.unsigned_int("port", r.metrics.port);
   s.text("bind_address", r.metrics.bind_address);

@@ -5,7 +5,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <system_error>
 
@@ -60,21 +62,33 @@ expected<bool> ensure_secret_file(const fs::path& file, bool create_if_missing,
   }
   auto secret = random_hex_secret(where);
   if (!secret) return secret.err();
-  const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0) {
-    if (errno == EEXIST) return false;  // created meanwhile (another node of this host)
+  // Written whole into a private temporary file, then linked into place:
+  // nodes of one host starting together (strata node each) never see a
+  // half-written secret, and the first link wins (EEXIST: another won).
+  static std::atomic<uint64_t> attempts{0};
+  const fs::path tmp = file.string() + ".tmp-" + std::to_string(::getpid()) + "-" +
+                       std::to_string(attempts++);
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0)
     return error(errc::io_error,
-                 where + ": cannot create " + file.string() + ": " + std::strerror(errno));
-  }
+                 where + ": cannot create " + tmp.string() + ": " + std::strerror(errno));
   const std::string text = *secret + "\n";
   const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) &&
                   ::fsync(fd) == 0;
   const int saved = errno;
   ::close(fd);
   if (!ok) {
-    ::unlink(file.c_str());
+    ::unlink(tmp.c_str());
     return error(errc::io_error,
                  where + ": cannot write " + file.string() + ": " + std::strerror(saved));
+  }
+  const int linked = ::link(tmp.c_str(), file.c_str());
+  const int link_errno = errno;
+  ::unlink(tmp.c_str());
+  if (linked != 0) {
+    if (link_errno == EEXIST) return false;  // created meanwhile (another node of this host)
+    return error(errc::io_error,
+                 where + ": cannot create " + file.string() + ": " + std::strerror(link_errno));
   }
   return true;
 }
@@ -90,8 +104,24 @@ status ensure_admin_token_file(const manifest& m, std::ostream& out) {
   return {};
 }
 
+status ensure_cluster_secret_file(const manifest& m, std::ostream& out) {
+  if (m.cluster_secret.file.empty()) return {};
+  const auto where = m.file.string() + ": cluster_secret.file";
+  auto created = ensure_secret_file(m.cluster_secret.file, m.cluster_secret.create_if_missing, where);
+  if (!created) return created.err();
+  if (*created)
+    out << "cluster: created the cluster secret " << m.cluster_secret.file.string()
+        << " (mode 0600); every node of the cluster needs this same file\n";
+  // Readable by its owner alone, long enough: checked now, not when the
+  // first peer connects.
+  auto secret = auth::read_secret_file(m.cluster_secret.file, where);
+  if (!secret) return secret.err();
+  return {};
+}
+
 status check_manifest_files(const manifest& m, std::ostream& out) {
   if (auto token = ensure_admin_token_file(m, out); !token) return token;
+  if (auto secret = ensure_cluster_secret_file(m, out); !secret) return secret;
   std::error_code ec;
   if (!m.generate && !m.data.path.empty() && !fs::exists(m.data.path, ec))
     return error(errc::not_found, m.file.string() + ": data.path: " + m.data.path.string() +

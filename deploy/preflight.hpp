@@ -26,9 +26,14 @@ expected<bool> ensure_secret_file(const std::filesystem::path& file, bool create
 // so on `out`); nothing to do without a token file.
 status ensure_admin_token_file(const manifest& m, std::ostream& out);
 
+// cluster_secret.file exists (created when cluster_secret.create_if_missing,
+// and said so on `out`) and is readable by its owner alone; nothing to do
+// without a cluster_secret section.
+status ensure_cluster_secret_file(const manifest& m, std::ostream& out);
+
 // Checks every file the manifest needs before a node starts: the data file
 // (or its `data.generate` block; a regular file, not a device or FIFO), the admin token file (created when
-// admin.create_if_missing), and the memory every node allocates at start
+// admin.create_if_missing), the cluster secret file (likewise), and the memory every node allocates at start
 // against this host's (deploy/host_memory.hpp). Prints what it created to
 // `out`.
 status check_manifest_files(const manifest& m, std::ostream& out);

@@ -49,7 +49,9 @@ const char* const base =
     "  port: 9464\n"            // 22
     "admin:\n"                  // 23
     "  port: 7070\n"            // 24
-    "  token: secret\n";        // 25
+    "  token: secret\n"          // 25
+    "cluster_secret:\n"         // 26
+    "  file: /tmp/c.secret\n";  // 27
 
 // The base with line `line` (1-based) replaced by `text`.
 std::string edit(size_t line, const std::string& text) {
@@ -105,6 +107,14 @@ std::vector<bad_manifest> table() {
        false},
       {"admin_without_token", edit(25, "  bind_address: 127.0.0.1"),
        "m.yaml:24: admin.port: the admin API needs admin.token or admin.token_file", false},
+      // Nodes admit only members proving the cluster secret (issue 16).
+      {"nodes_without_cluster_secret",
+       std::string(base).substr(0, std::string(base).find("cluster_secret:")),
+       "m.yaml:3: nodes: a cluster with a nodes list needs cluster_secret: {file: PATH, "
+       "create_if_missing: true} (the secret its nodes prove they share)",
+       true},
+      {"cluster_secret_without_file", edit(27, "  create_if_missing: true"),
+       "m.yaml:26: cluster_secret.file: required field missing", true},
   };
 }
 

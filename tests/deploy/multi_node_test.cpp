@@ -61,7 +61,8 @@ fs::path write_manifest(const fs::path& d, const cluster_spec& spec) {
     << "\npartitions: 256\nthreads: 2\n";
   if (spec.pass) m << "pass_batches: 40\n";
   if (spec.nodes > 1) {
-    m << "nodes:\n";
+    m << "cluster_secret:\n  file: " << (d / (spec.name + ".secret")).string()
+      << "\n  create_if_missing: true\nnodes:\n";
     for (uint32_t i = 0; i < spec.nodes; ++i)
       m << "  - name: n" << i << "\n    host: 127.0.0.1\n    transport_port: " << testing::free_port()
         << "\n    ssd_path: " << (d / (spec.name + "-n" + std::to_string(i))).string() << "\n";

@@ -95,7 +95,9 @@ std::string two_nodes(const fs::path& d, bool create) {
     << (d / "b").string() << "\nshards:\n  ssd_path: " << (d / "state").string()
     << "\ndata:\n  path: " << (d / "missing.tsv").string() << "\nadmin:\n  port: 7999\n"
     << "  token_file: " << (d / "tok" / "admin.token").string() << "\n"
-    << "  create_if_missing: " << (create ? "true" : "false") << "\n";
+    << "  create_if_missing: " << (create ? "true" : "false") << "\n"
+    << "cluster_secret:\n  file: " << (d / "tok" / "cluster.secret").string()
+    << "\n  create_if_missing: " << (create ? "true" : "false") << "\n";
   return m.str();
 }
 
@@ -134,6 +136,13 @@ TEST(Preflight, LaunchCreatesTheTokenThenNamesTheMissingDataFile) {
       << r.out;
   struct stat s {};
   ASSERT_EQ(::stat(token.c_str(), &s), 0);
+  EXPECT_EQ(s.st_mode & 0777, 0600u);
+  // The cluster secret likewise (issue 16): owner-only, in one step.
+  const fs::path secret = dir.path() / "tok" / "cluster.secret";
+  EXPECT_NE(r.out.find("cluster: created the cluster secret " + secret.string() + " (mode 0600)"),
+            std::string::npos)
+      << r.out;
+  ASSERT_EQ(::stat(secret.c_str(), &s), 0);
   EXPECT_EQ(s.st_mode & 0777, 0600u);
   EXPECT_NE(r.err.find("pre.yaml: data.path: " + (dir.path() / "missing.tsv").string() +
                        " does not exist"),

@@ -132,7 +132,8 @@ std::string small_multi_node_manifest(const fs::path& dir, const std::vector<std
                                       const std::vector<uint16_t>& metrics_ports, uint64_t rows,
                                       uint32_t linger_seconds, double heldout_fraction) {
   std::ostringstream m;
-  m << "nodes:\n";
+  m << "cluster_secret:\n  file: " << (dir / "cluster.secret").string()
+    << "\n  create_if_missing: true\nnodes:\n";
   for (size_t i = 0; i < names.size(); ++i)
     m << "  - name: " << names[i] << "\n    host: 127.0.0.1\n    transport_port: " << free_port()
       << "\n    metrics_port: " << metrics_ports[i] << "\n    ssd_path: "

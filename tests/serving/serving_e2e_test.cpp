@@ -167,6 +167,8 @@ std::string two_node_manifest(const fs::path& d, uint32_t epochs,
                               const std::vector<uint16_t>& ports) {
   std::ostringstream m;
   m << "name: pair\nmode: async\npartitions: 64\nthreads: 2\n"
+    << "cluster_secret:\n  file: " << (d / "cluster.secret").string()
+    << "\n  create_if_missing: true\n"
     << "nodes:\n"
     << "  - name: t0\n    host: 127.0.0.1\n    transport_port: " << ports[0]
     << "\n    updates_port: " << ports[2] << "\n    ssd_path: " << (d / "t0").string() << "\n"

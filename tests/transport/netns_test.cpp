@@ -124,6 +124,8 @@ TEST(NetworkNamespaces, StrataNodesTrainAcrossTwoHosts) {
   {
     std::ofstream m(manifest);
     m << "name: hosts\nmode: async\npartitions: 64\nthreads: 2\n"
+      << "cluster_secret:\n  file: " << (d / "cluster.secret").string()
+      << "\n  create_if_missing: true\n"
       << "nodes:\n"
       << "  - name: ha\n    host: " << ns.address_a() << "\n    transport_port: 17441\n"
       << "    ssd_path: " << (d / "ha").string() << "\n"
