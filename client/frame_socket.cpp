@@ -20,13 +20,20 @@ struct frame_socket::impl {
   asio::io_context io;
   tcp::socket socket{io};
   std::string peer;
+  bool borrowed = false;           // the descriptor belongs to someone else
+  byte_budget* budget = nullptr;   // charged for the payload buffer
+  uint64_t charged = 0;            // bytes of the payload buffer charged to `budget`
 };
 
 frame_socket::frame_socket() : impl_(std::make_unique<impl>()) {}
 frame_socket::~frame_socket() {
   if (!impl_) return;
+  if (impl_->budget) impl_->budget->give(impl_->charged);
   boost::system::error_code ec;
-  impl_->socket.close(ec);
+  if (impl_->borrowed && impl_->socket.is_open())
+    (void)impl_->socket.release(ec);
+  else
+    impl_->socket.close(ec);
 }
 frame_socket::frame_socket(frame_socket&&) noexcept = default;
 frame_socket& frame_socket::operator=(frame_socket&&) noexcept = default;
@@ -77,6 +84,25 @@ frame_socket frame_socket::adopt(int fd, std::string peer_name) {
   s.impl_->socket.assign(tcp::v4(), fd, ec);
   s.impl_->socket.set_option(tcp::no_delay(true), ec);
   return s;
+}
+
+frame_socket frame_socket::borrow(int fd, std::string peer_name) {
+  frame_socket s = adopt(fd, std::move(peer_name));
+  s.impl_->borrowed = true;
+  return s;
+}
+
+void frame_socket::set_budget(byte_budget* budget) {
+  if (impl_->budget) impl_->budget->give(impl_->charged);
+  impl_->charged = 0;
+  impl_->budget = budget;
+}
+
+void frame_socket::trim(frame& f, size_t keep) {
+  if (f.payload.capacity() <= keep) return;
+  std::vector<std::byte>().swap(f.payload);
+  if (impl_->budget) impl_->budget->give(impl_->charged);
+  impl_->charged = 0;
 }
 
 bool frame_socket::is_open() const { return impl_ && impl_->socket.is_open(); }
@@ -143,6 +169,21 @@ status frame_socket::read_payload(uint32_t length, std::vector<std::byte>& paylo
   size_t have = 0;
   while (have < length) {
     const size_t step = std::min<size_t>(length - have, std::max<size_t>(have, 64 * 1024));
+    if (have + step > payload.capacity()) {
+      if (impl_->budget) {
+        // Charged before it is allocated; over the cap the frame is
+        // refused (the stream cannot be resynchronized: the caller drops it).
+        const uint64_t more = have + step - std::min<uint64_t>(impl_->charged, have + step);
+        if (more > 0 && !impl_->budget->try_take(more))
+          return error(errc::capacity_exceeded,
+                       impl_->peer + ": a " + std::to_string(length) +
+                           "-byte frame does not fit the server's receive buffers (" +
+                           std::to_string(impl_->budget->used()) + " of " +
+                           std::to_string(impl_->budget->cap()) + " bytes in use); retry later");
+        impl_->charged += more;
+      }
+      payload.reserve(have + step);
+    }
     payload.resize(have + step);
     boost::system::error_code ec;
     asio::read(impl_->socket, asio::buffer(payload.data() + have, step), ec);

@@ -7,6 +7,7 @@
 // peer ("127.0.0.1:7000: connection refused").
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <initializer_list>
@@ -32,6 +33,32 @@ struct endpoint {
 };
 // "host:port" -> endpoint; errors name the text.
 expected<endpoint> parse_endpoint(const std::string& text);
+
+// Bytes that the receive buffers (and replies) of a server's connections
+// hold, all together, under a cap: try_take fails instead of going over
+// (and counts the refusal). Thread-safe.
+class byte_budget {
+ public:
+  explicit byte_budget(uint64_t cap = UINT64_MAX) : cap_(cap) {}
+  bool try_take(uint64_t n) {
+    uint64_t used = used_.load();
+    do {
+      if (n > cap_ || used > cap_ - n) {
+        ++refusals_;
+        return false;
+      }
+    } while (!used_.compare_exchange_weak(used, used + n));
+    return true;
+  }
+  void give(uint64_t n) { used_ -= n; }
+  uint64_t used() const { return used_.load(); }
+  uint64_t cap() const { return cap_; }
+  uint64_t refusals() const { return refusals_.load(); }
+
+ private:
+  const uint64_t cap_;
+  std::atomic<uint64_t> used_{0}, refusals_{0};
+};
 
 class frame_socket {
  public:
@@ -65,6 +92,16 @@ class frame_socket {
                            uint32_t max_payload = max_payload_bytes);
   // Shuts the connection down; a blocked receive returns an error.
   void close();
+  // Takes over `fd` like adopt(), but never closes it: its owner (a
+  // connection_registry) does, after the frame_socket is gone.
+  static frame_socket borrow(int fd, std::string peer_name);
+  // Charges the payload buffer received into (one frame per socket) to
+  // `budget` as it grows; a frame that would go over the cap fails with
+  // capacity_exceeded. Null: no budget.
+  void set_budget(byte_budget* budget);
+  // Frees `f`'s payload buffer if it holds more than `keep` bytes, and
+  // gives them back to the budget.
+  void trim(frame& f, size_t keep = 256 * 1024);
 
  private:
   // Reads `length` payload bytes into `payload`, growing it as they arrive.
