@@ -61,6 +61,11 @@ struct shard_config {
   uint32_t restored_tick = 0;
   // Online updates: told of every updated row (null: nobody listens).
   std::shared_ptr<row_update_sink> updates;
+  // The cluster's checkpoint root (manifest checkpoint.dir; empty: no
+  // checkpoints). A cut of epoch e is written to
+  // shard_checkpoint_dir(root / checkpoint_name(e), index): the directory
+  // comes from this node's own configuration, never from a message.
+  std::filesystem::path checkpoint_root;
 };
 
 // Builds a cache tier's backend; the composition root picks the CUDA one

@@ -175,8 +175,9 @@ void take_checkpoint(coordinator_pointer self, std::function<void()> resume) {
     return;
   }
   for (size_t i = 0; i < st.peers.shards.size(); ++i)
-    self->request(st.peers.shards[i], caf::infinite, checkpoint_atom::value, epoch,
-                  shard_checkpoint_dir(dir, static_cast<uint32_t>(i)).string())
+    // Each shard writes shard_checkpoint_dir(dir, i) itself, derived from
+    // its own checkpoint root: the message names the epoch, never a path.
+    self->request(st.peers.shards[i], caf::infinite, checkpoint_atom::value, epoch)
         .then(
             [self, missing, cut_done](ok_atom) {
               if (self->state.failed) return;

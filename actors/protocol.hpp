@@ -268,13 +268,16 @@ using shard_actor = caf::typed_actor<
     caf::reacts_to<tick_atom, uint32_t>,
     // Graceful stop: every dirty row written down and LMDB synced.
     caf::replies_to<drain_atom>::with<ok_atom>, caf::replies_to<stats_atom>::with<tier_stats>,
-    // Checkpoint cut (epoch, shard's directory in the checkpoint): every
-    // dirty row is flushed, then ssd_flush is told to copy the environment
-    // (compacted) into the directory; the admission sketch and TTL clock
-    // are written there. Answers once the copy is queued behind the cut's
-    // last flush, so later writes cannot enter it: training may go on. A
-    // push tagged with a later epoch seen before the cut is an error.
-    caf::replies_to<checkpoint_atom, uint64_t, std::string>::with<ok_atom>,
+    // Checkpoint cut (epoch): every dirty row is flushed, then ssd_flush is
+    // told to copy the environment (compacted) into the shard's directory
+    // in the checkpoint; the admission sketch and TTL clock are written
+    // there. The directory is derived from the shard's own configuration
+    // (shard_config::checkpoint_root, the epoch, its index), never taken
+    // from the message: a peer cannot name a path. Answers once the copy is
+    // queued behind the cut's last flush, so later writes cannot enter it:
+    // training may go on. A push tagged with a later epoch seen before the
+    // cut is an error.
+    caf::replies_to<checkpoint_atom, uint64_t>::with<ok_atom>,
     // Waits for the copy of checkpoint `epoch`; answers its row count.
     caf::replies_to<copied_atom, uint64_t>::with<uint64_t>,
     // Migration, source side (docs/scaling.md). Copy phase: streams the

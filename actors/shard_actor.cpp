@@ -1,5 +1,6 @@
 #include "actors/shard_actor.hpp"
 
+#include "actors/checkpoint.hpp"
 #include "actors/shard_internal.hpp"
 
 namespace strata::actors {
@@ -248,10 +249,23 @@ shard_actor::behavior_type shard_behavior(shard_pointer self, shard_config confi
         maybe_flush(self);
         return promise;
       },
-      [self, layout](checkpoint_atom, uint64_t epoch,
-                     const std::string& dir) -> caf::result<ok_atom> {
+      [self, layout](checkpoint_atom, uint64_t epoch) -> caf::result<ok_atom> {
         if (self->state.fatal) return self->state.fatal;
         auto& st = self->state;
+        if (st.config.checkpoint_root.empty())
+          return caf::make_error(caf::sec::invalid_argument,
+                                 "shard " + std::to_string(st.config.index) +
+                                     ": checkpoint " + std::to_string(epoch) +
+                                     " asked, but this node has no checkpoint directory "
+                                     "(manifest: checkpoint.dir)");
+        if (epoch == 0)
+          return caf::make_error(caf::sec::invalid_argument,
+                                 "shard " + std::to_string(st.config.index) +
+                                     ": checkpoint epoch 0 (epochs start at 1)");
+        const std::string dir =
+            shard_checkpoint_dir(st.config.checkpoint_root / checkpoint_name(epoch),
+                                 st.config.index)
+                .string();
         if (st.cut)
           return caf::make_error(caf::sec::invalid_argument,
                                  "shard " + std::to_string(st.config.index) +

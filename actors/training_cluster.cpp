@@ -71,6 +71,7 @@ expected<training_cluster> spawn_training_cluster(caf::actor_system& system,
     }
     auto shard = config.shards[i];
     shard.chain.incarnation = config.incarnation;
+    shard.checkpoint_root = config.checkpoint.directory;
     auto spawned = spawn_shard(system, shard);
     if (!spawned) return stop_on_error(spawned.err());
     cluster.shards.push_back(*spawned);
@@ -164,6 +165,7 @@ expected<training_cluster> spawn_training_cluster(caf::actor_system& system,
     shard_config sc = config.shards.front();
     sc.index = index;
     sc.chain.incarnation = config.incarnation;
+    sc.checkpoint_root = config.checkpoint.directory;
     sc.restored_sketch.clear();
     sc.lmdb.directory = numbered_sibling(sc.lmdb.directory, index);
     std::error_code ec;

@@ -44,6 +44,7 @@ bool is_known_type(uint16_t type) {
     case frame_type::hello_ack:
     case frame_type::heartbeat:
     case frame_type::goodbye:
+    case frame_type::credit:
     case frame_type::shard_pull:
     case frame_type::shard_push:
     case frame_type::shard_write_back:
@@ -90,6 +91,8 @@ std::string_view to_string(frame_type type) {
       return "heartbeat";
     case frame_type::goodbye:
       return "goodbye";
+    case frame_type::credit:
+      return "credit";
     case frame_type::shard_pull:
       return "shard_pull";
     case frame_type::shard_push:

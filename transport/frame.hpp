@@ -41,6 +41,7 @@ enum class frame_type : uint16_t {
   hello_ack = 2,  // the acceptor's answer, same payload
   heartbeat = 3,  // empty; proves the sender alive
   goodbye = 4,    // empty; the sender stops (graceful)
+  credit = 5,     // u64: the receiver delivered every sequenced frame up to this seq
 
   // Requests and one-way messages to an exported actor (`target`).
   shard_pull = 16,        // vector<u64> -> pull_reply
@@ -60,7 +61,7 @@ enum class frame_type : uint16_t {
   dense_push = 32,        // vector<float> -> u64
   dense_pull = 33,        // () -> dense_weights
   dense_stats = 34,       // () -> actor_stats
-  shard_checkpoint = 36,  // u64 epoch, string directory -> ok
+  shard_checkpoint = 36,  // u64 epoch -> ok (no path: the shard derives its directory)
   shard_copied = 37,      // u64 epoch -> u64 rows
   worker_run = 40,        // u64 batches, u64 epoch -> worker_result
   worker_stats = 41,      // () -> actor_stats

@@ -32,9 +32,9 @@ status check_payload_value(const frame_header& header, std::span<const std::byte
     case frame_type::dense_stats:
     case frame_type::worker_stats:
       return try_decode<>(payload);
-    case frame_type::shard_checkpoint:
-      return try_decode<uint64_t, std::string>(payload);
+    case frame_type::shard_checkpoint:  // the epoch only: never a path
     case frame_type::shard_copied:
+    case frame_type::credit:
       return try_decode<uint64_t>(payload);
     case frame_type::worker_run:
       return try_decode<uint64_t, uint64_t>(payload);

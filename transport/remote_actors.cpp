@@ -123,8 +123,8 @@ caf::behavior shard_proxy(proxy_actor* self, std::shared_ptr<node_bridge> bridge
       },
       [=](drain_atom) { return forward<ok_atom>(self, frame_type::shard_drain, {}); },
       [=](stats_atom) { return forward<tier_stats>(self, frame_type::shard_stats, {}); },
-      [=](checkpoint_atom, uint64_t epoch, const std::string& dir) {
-        return forward<ok_atom>(self, frame_type::shard_checkpoint, encode_payload(epoch, dir));
+      [=](checkpoint_atom, uint64_t epoch) {
+        return forward<ok_atom>(self, frame_type::shard_checkpoint, encode_payload(epoch));
       },
       [=](copied_atom, uint64_t epoch) {
         return forward<uint64_t>(self, frame_type::shard_copied, encode_payload(epoch));
@@ -290,10 +290,12 @@ caf::behavior shard_relay(caf::event_based_actor* self, std::shared_ptr<node_bri
         if (decode_request(b, *f)) relay<tier_stats>(self, bridge, f, shard, stats_atom::value);
         break;
       case frame_type::shard_checkpoint: {
+        // The epoch alone: the shard derives its directory from its own
+        // configuration. A payload with anything after the epoch (the old
+        // directory string) is refused as trailing bytes.
         uint64_t epoch = 0;
-        std::string dir;
-        if (decode_request(b, *f, epoch, dir))
-          relay<ok_atom>(self, bridge, f, shard, checkpoint_atom::value, epoch, std::move(dir));
+        if (decode_request(b, *f, epoch))
+          relay<ok_atom>(self, bridge, f, shard, checkpoint_atom::value, epoch);
         break;
       }
       case frame_type::shard_copied: {

@@ -222,7 +222,7 @@ shard_actor::behavior_type fake_shard(shard_actor::stateful_pointer<fake_shard_s
       },
       [](drain_atom) -> ok_atom { return ok_atom::value; },
       [](stats_atom) -> tier_stats { return {}; },
-      [](checkpoint_atom, uint64_t, const std::string&) -> ok_atom { return ok_atom::value; },
+      [](checkpoint_atom, uint64_t) -> ok_atom { return ok_atom::value; },
       [](copied_atom, uint64_t) -> uint64_t { return 0; },
       [](migrate_atom, const migration_order&) -> migration_stats { return {}; },
       [](fence_atom, uint64_t) -> migration_stats { return {}; },
