@@ -4,7 +4,9 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
-#include <fstream>
+
+#include "common/auth.hpp"
+#include "deploy/placeholder_secret.hpp"
 
 namespace strata::deploy {
 
@@ -48,13 +50,11 @@ expected<admin_reply> admin_request(const std::string& address, const std::strin
 }
 
 expected<std::string> read_token_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return error(errc::io_error, "--token-file: cannot read " + path);
-  std::string token((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  while (!token.empty() && std::isspace(static_cast<unsigned char>(token.back()))) token.pop_back();
-  while (!token.empty() && std::isspace(static_cast<unsigned char>(token.front())))
-    token.erase(token.begin());
-  if (token.empty()) return error(errc::invalid_argument, "--token-file: " + path + " is empty");
+  // The same rules as the node's admin.token_file: owner-only, no placeholder.
+  auto token = auth::read_secret_text(path, "--token-file");
+  if (!token) return token.err();
+  if (looks_like_placeholder(*token))
+    return error(errc::invalid_argument, placeholder_refusal("--token-file: " + path));
   return token;
 }
 

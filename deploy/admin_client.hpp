@@ -23,7 +23,8 @@ expected<admin_reply> admin_request(const std::string& address, const std::strin
                                     const std::string& target, const std::string& token,
                                     const std::string& body = "");
 
-// Reads a token file (trimmed); errors name the file.
+// Reads a token file (trimmed) with auth::read_secret_text: owner-only, at
+// least 16 characters, not a placeholder; errors name the file.
 expected<std::string> read_token_file(const std::string& path);
 
 }  // namespace strata::deploy

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "deploy/admin_api.hpp"
+#include "deploy/placeholder_secret.hpp"
 
 namespace strata::deploy {
 namespace {
@@ -75,6 +76,8 @@ expected<std::unique_ptr<admin_server>> admin_server::start(const admin_config& 
   if (config.token.empty())
     return error(errc::invalid_argument,
                  "admin API: no token (manifest admin.token or token_file)");
+  if (looks_like_placeholder(config.token))
+    return error(errc::invalid_argument, placeholder_refusal("admin API: the token"));
   auto state = std::make_unique<impl>(config, system, std::move(coordinator));
   boost::system::error_code ec;
   const auto address = asio::ip::make_address(config.bind_address, ec);

@@ -17,6 +17,7 @@
 #include "common/regular_file.hpp"
 #include "deploy/manifest_parse.hpp"
 #include "deploy/manifest_reader.hpp"
+#include "deploy/placeholder_secret.hpp"
 
 namespace strata::deploy {
 
@@ -24,22 +25,19 @@ namespace strata::deploy {
 using namespace detail;
 
 expected<std::string> admin_token(const manifest& m) {
-  if (m.admin.token_file.empty()) return m.admin.token;
-  STRATA_TRY(check_regular_file(m.admin.token_file, m.file.string() + ": admin.token_file:"));
-  std::ifstream in(m.admin.token_file);
-  if (!in)
-    return error(errc::io_error,
-                 m.file.string() + ": admin.token_file: cannot read " +
-                     m.admin.token_file.string() +
-                     " (create it with the admin token, e.g. `openssl rand -hex 16 > " +
-                     m.admin.token_file.string() + "`)");
-  std::string token((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  while (!token.empty() && std::isspace(static_cast<unsigned char>(token.back()))) token.pop_back();
-  while (!token.empty() && std::isspace(static_cast<unsigned char>(token.front())))
-    token.erase(token.begin());
-  if (token.empty())
-    return error(errc::invalid_argument, m.file.string() + ": admin.token_file: " +
-                                             m.admin.token_file.string() + " is empty");
+  std::string token = m.admin.token;
+  std::string where = m.file.string() + ": admin.token";
+  if (!m.admin.token_file.empty()) {
+    // Owner-only, like every secret file (common/auth.hpp): a token others
+    // can read is no token.
+    where = m.file.string() + ": admin.token_file";
+    auto read = auth::read_secret_text(m.admin.token_file, where);
+    if (!read) return read.err();
+    token = std::move(*read);
+    where += ": " + m.admin.token_file.string();
+  }
+  if (!token.empty() && looks_like_placeholder(token))
+    return error(errc::invalid_argument, placeholder_refusal(where));
   return token;
 }
 

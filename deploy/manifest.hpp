@@ -209,7 +209,9 @@ expected<void> apply_data_split(manifest& m, uint64_t data_examples);
 expected<void> resolve_data_split(manifest& m);
 
 // The admin token: admin.token, or the trimmed content of admin.token_file
-// (errors name the file).
+// read with auth::read_secret_text (owner-only, at least 16 characters;
+// errors name the file). A placeholder (deploy/placeholder_secret.hpp) is
+// refused naming the field.
 expected<std::string> admin_token(const manifest& m);
 
 // The cluster secret: cluster_secret.file read with auth::read_secret_file

@@ -1,6 +1,8 @@
 // `strata render k8s MANIFEST [--image I] [--namespace N] [--ssd-size S]
 // [--storage-class C]`: Kubernetes objects for the manifest's cluster on
-// stdout (deploy/render_k8s.hpp). The manifest is validated first.
+// stdout (deploy/render_k8s.hpp). The manifest is validated first; its
+// secrets are read (or created, with create_if_missing) from this machine
+// and rendered only into Secrets.
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -29,10 +31,22 @@ void add_render_command(CLI::App& app, int& exit_code) {
       exit_code = 1;
       return;
     }
+    auto fail = [&](const error& e) {
+      std::fprintf(stderr, "strata render k8s: %s\n", e.message().c_str());
+      exit_code = 1;
+    };
     std::ifstream in(*path);
     std::stringstream text;
     text << in.rdbuf();
-    std::fputs(deploy::render_k8s(*m, text.str(), *opts).c_str(), stdout);
+    // The secrets go into Secrets only; notes (a file created, a Secret to
+    // create with kubectl) go to stderr, the objects to stdout.
+    std::ostringstream notes;
+    auto secrets = deploy::read_k8s_secrets(*m, notes);
+    std::fputs(notes.str().c_str(), stderr);
+    if (!secrets) return fail(secrets.err());
+    auto objects = deploy::render_k8s(*m, text.str(), *opts, *secrets);
+    if (!objects) return fail(objects.err());
+    std::fputs(objects->c_str(), stdout);
   });
 }
 

@@ -22,7 +22,8 @@ TEST(AdminCli, StatusScaleCheckpointStopAgainstARunningNode) {
   const uint16_t port = testing::free_port();
   const std::string admin = "127.0.0.1:" + std::to_string(port);
   const fs::path token = d / "token";
-  std::ofstream(token) << "node-token-123\n";
+  std::ofstream(token) << "node-token-1234567890\n";
+  fs::permissions(token, fs::perms::owner_read | fs::perms::owner_write);  // a secret: owner-only
   const fs::path manifest = d / "node.yaml";
   std::ofstream(manifest)
       << "name: admincli\nmode: async\npartitions: 64\nthreads: 2\n"

@@ -8,6 +8,8 @@
 
 #include <caf/all.hpp>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <future>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -221,6 +223,37 @@ TEST(AdminApi, ClientNamesTheAddressItCannotReach) {
   EXPECT_NE(r.err().message().find("expected HOST:PORT"), std::string::npos);
   temp_dir dir;
   EXPECT_FALSE(read_token_file((dir.path() / "absent").string()));
+}
+
+// Issue 16 item 6: a token file others can read, and the placeholder an
+// older `strata render k8s` put into the Secret, worked as tokens.
+TEST(AdminApi, TokenFilesReadableByOthersAndPlaceholdersAreRefused) {
+  temp_dir dir;
+  const auto file = dir.path() / "token";
+  std::ofstream(file) << "a-token-of-twenty-characters\n";
+  std::filesystem::permissions(file, std::filesystem::perms(0644));
+  auto open = read_token_file(file.string());
+  ASSERT_FALSE(open);
+  EXPECT_NE(open.err().message().find("--token-file: " + file.string()), std::string::npos)
+      << open.err().message();
+  EXPECT_NE(open.err().message().find("chmod 600 " + file.string()), std::string::npos)
+      << open.err().message();
+  std::filesystem::permissions(file, std::filesystem::perms(0600));
+  auto ok = read_token_file(file.string());
+  ASSERT_TRUE(ok) << ok.err().message();
+  EXPECT_EQ(*ok, "a-token-of-twenty-characters");
+
+  threaded_config cfg;
+  caf::actor_system system{cfg};
+  for (const char* token : {"REPLACE-WITH-THE-ADMIN-TOKEN", "change-me-change-me", "<admin token>"}) {
+    admin_config ac;
+    ac.token = token;
+    auto server = admin_server::start(ac, system, actors::coordinator_actor{});
+    ASSERT_FALSE(server) << token;
+    EXPECT_NE(server.err().message().find("admin API: the token holds a placeholder"),
+              std::string::npos)
+        << server.err().message();
+  }
 }
 
 }  // namespace

@@ -61,7 +61,7 @@ class soak {
     manifest_ = d / "soak.yaml";
     checkpoints_ = d / "ckpt";
     token_ = d / "admin.token";
-    std::ofstream(token_) << "soak-token-" << seed << "\n";
+    std::ofstream(token_) << "soak-admin-token-" << seed << "\n";
     fs::permissions(token_, fs::perms::owner_read | fs::perms::owner_write);
     port_ = testing::free_port();
     write_manifest(2);

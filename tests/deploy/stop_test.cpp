@@ -35,7 +35,7 @@ namespace {
 using strata::testing::temp_dir;
 using namespace std::chrono_literals;
 
-constexpr const char* token = "stop-test-token";
+constexpr const char* token = "stop-test-token-0123";
 
 struct node_options {
   uint64_t rows = 100000;
@@ -65,6 +65,7 @@ fs::path write_manifest(const fs::path& d, const node_options& o) {
     << "\n";
   if (o.admin_port != 0) {
     std::ofstream(d / "token") << token << "\n";
+    fs::permissions(d / "token", fs::perms::owner_read | fs::perms::owner_write);
     m << "admin:\n  port: " << o.admin_port << "\n  token_file: " << (d / "token").string() << "\n";
   }
   return manifest;
