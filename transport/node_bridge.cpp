@@ -158,6 +158,12 @@ transport_stats node_bridge::stats() const {
     ps.blocked_senders = p->blocked_senders;
     ps.shared_memory_path = p->by_address;
     ps.transports = p->transports;
+    ps.reorder_peak_frames = p->reorder_peak;
+    ps.window_peak_frames = p->window_peak_frames;
+    ps.window_peak_bytes = p->window_peak_bytes;
+    ps.window_violations = p->window_violations;
+    ps.credit_waits = p->credit_waits;
+    ps.held_for_credit = p->held_for_credit;
     s.rejected_frames += ps.rejected_frames;
     s.peers.push_back(std::move(ps));
   }

@@ -20,7 +20,11 @@
 //   (a request counts until its reply arrives, other frames until UCX has
 //   sent them); request() and send() block the calling thread until the
 //   window has room (or the peer goes down). A frame larger than the
-//   window is sent alone.
+//   window is sent alone. The receiver bounds what it holds with credits:
+//   a peer may have at most credit_frames frames / credit_bytes bytes sent
+//   and not yet delivered; further frames wait on the sender (in order,
+//   never dropped) until credits return; a peer exceeding the window is
+//   cut off.
 // - Failure: UCX's endpoint error handler and a heartbeat (a frame every
 //   heartbeat_interval; silent for heartbeat_timeout = down) mark a peer
 //   down. Its pending requests fail, later ones fail at once, with an
@@ -63,6 +67,14 @@ struct bridge_config {
   // before it sleeps on the worker's event fd (latency of bursts vs CPU).
   std::chrono::microseconds spin_after_activity{50};
   uint64_t max_outstanding_bytes = uint64_t{64} << 20;  // per peer
+  // Flow control (credits): a peer may have at most credit_frames
+  // sequenced frames, and credit_bytes bytes (a larger frame alone), sent
+  // that this node has not delivered yet; more wait, in order, on the
+  // sender until this node's credits return. A peer that sends beyond the
+  // window is cut off (a protocol violation, counted). Every node of a
+  // cluster uses the same values (these defaults).
+  uint32_t credit_frames = 1024;
+  uint64_t credit_bytes = uint64_t{64} << 20;
   uint32_t max_payload_bytes = default_max_payload_bytes;
   // Same-host peers connect by worker address (shared memory). Off: every
   // peer keeps the listener's connection (e.g. forced TCP tests).

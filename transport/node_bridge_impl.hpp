@@ -54,6 +54,8 @@ namespace strata::transport {
 using clock = std::chrono::steady_clock;
 inline constexpr uint16_t am_id = 7;  // our one active-message id
 
+struct send_op;
+
 // One peer node. Fields above the marker belong to the progress thread;
 // the others are guarded by impl::mu_ (counters are atomics).
 struct peer_state {
@@ -64,6 +66,20 @@ struct peer_state {
   ucp_ep_h wire_ep = nullptr;  // the listener connection (when ep is by address)
   uint64_t next_deliver = 1;
   std::map<uint64_t, inbound_frame> reorder;  // received, waiting for earlier seqs
+  // Flow control (docs/transport.md, "Back-pressure"). Receiver side: the
+  // last credit sent (every seq up to it delivered), the frames (and bytes)
+  // that arrived above it, and how many of those were delivered since.
+  uint64_t credited = 0;
+  uint64_t window_frames = 0, window_bytes = 0;
+  uint64_t delivered_frames = 0, delivered_bytes = 0;
+  bool credit_owed = false;  // in impl::credits_owed
+  // Sender side: the peer's last credit, what was posted above it (seq,
+  // bytes) and the frames waiting for credit, in seq order.
+  uint64_t acked = 0;
+  uint64_t last_posted_seq = 0;
+  std::deque<std::pair<uint64_t, uint64_t>> unacked;
+  uint64_t unacked_bytes = 0;
+  std::deque<std::unique_ptr<send_op>> held;
   uint32_t rndv_in_flight = 0;
   bool leaving = false;  // goodbye seen; down once everything before it is delivered
   clock::time_point last_heard;
@@ -86,6 +102,11 @@ struct peer_state {
   // --- counters
   std::atomic<uint64_t> bytes_sent{0}, frames_sent{0}, bytes_received{0}, frames_received{0},
       rejected{0}, rndv_received{0};
+  // Flow control: peaks of the reorder buffer and of the frames/bytes held
+  // above the last credit (never above the window), frames that waited for
+  // credit here, frames waiting now, and peers cut off for exceeding it.
+  std::atomic<uint64_t> reorder_peak{0}, window_peak_frames{0}, window_peak_bytes{0},
+      credit_waits{0}, held_for_credit{0}, window_violations{0};
 };
 
 // Context of one UCX endpoint for its error handler.
@@ -103,6 +124,7 @@ struct send_op {
   std::array<std::byte, frame_header_bytes> header{};
   std::vector<std::byte> payload;
   uint64_t bytes = 0;
+  uint64_t seq = 0;                // sequenced frames (flow control)
   bool release_when_sent = true;  // requests release on their reply instead
   bool use_wire_ep = false;       // hello: over the listener connection
   ucp_ep_h ep_override = nullptr;
@@ -222,6 +244,19 @@ struct node_bridge::impl {
 
   void drain_queue();
 
+  // Flow control (node_bridge_send.cpp): whether `op` fits the peer's
+  // credit; posting a sequenced frame; a credit from the peer; sending
+  // ours (now, or once this burst is processed: flush_credits).
+  bool has_credit(const peer_state& p, const send_op& op) const;
+  void post_sequenced(peer_state& p, std::unique_ptr<send_op> op);
+  void on_credit(peer_state& p, std::span<const std::byte> payload);
+  void send_credit(peer_state& p);
+  void flush_credits();
+  std::vector<uint32_t> credits_owed;  // progress thread only
+  clock::time_point credits_owed_since;
+  // A credit owed waits at most this long for a quiet moment.
+  static constexpr std::chrono::microseconds credit_delay{200};
+
   // --- receiving --------------------------------------------------------------------
 
   static ucs_status_t on_am(void* arg, const void* header, size_t header_length, void* data,
@@ -246,6 +281,10 @@ struct node_bridge::impl {
 
   void received(const void* header, size_t header_length, void* data, size_t length,
                 const ucp_am_recv_param_t* param);
+
+  // A sequenced frame announced by `peer`: within its credit window
+  // (counted), or a violation that cuts the peer off (false).
+  bool admit(peer_state& peer, const frame_header& h, size_t length);
 
   void complete(peer_state& peer, const frame_header& h, payload_bytes payload);
 

@@ -33,6 +33,11 @@ void node_bridge::impl::mark_down(peer_state& peer, const std::string& reason) {
   peer.ep = nullptr;
   peer.wire_ep = nullptr;
   peer.reorder.clear();
+  // Frames waiting for credit are never sent now (their requests fail below).
+  peer.held.clear();
+  peer.held_for_credit = 0;
+  peer.unacked.clear();
+  peer.unacked_bytes = 0;
   for (auto& [id, req] : pending) {
     req.handler(error(errc::unavailable, "node '" + peer.name + "' is down (" + reason +
                                              "): request " + std::string(to_string(req.type)) +
@@ -84,6 +89,11 @@ void node_bridge::impl::run() {
     while (ucp_worker_progress(worker) != 0) active = true;
     close_scheduled();
     const auto now = clock::now();
+    // The burst is processed (or this node stays busy a while): credits
+    // for what it delivered go back now.
+    if (!credits_owed.empty() && (!active || now - credits_owed_since > credit_delay)) {
+      flush_credits();
+    }
     if (active) {
       last_activity = now;
       idle_polls = 0;

@@ -72,6 +72,8 @@ void node_bridge::impl::received(const void* header, size_t header_length, void*
   }
   if (peer == nullptr) return reject(nullptr, "sender " + std::to_string(h->sender) + " unknown");
   if (peer->down) return;  // late frames of a closed connection
+  // Flow control: checked before a rendezvous buffer is allocated.
+  if (is_sequenced(h->type) && !admit(*peer, *h, length)) return;
   if (rndv) {
     auto ctx = std::make_unique<rndv_context>();
     ctx->owner = this;
@@ -102,6 +104,36 @@ void node_bridge::impl::received(const void* header, size_t header_length, void*
   complete(*peer, *h, std::move(payload));
 }
 
+bool node_bridge::impl::admit(peer_state& peer, const frame_header& h, size_t length) {
+  // A sender that keeps to its credit never gets here with a frame above
+  // the window: its credit (acked) is never above ours (credited), so it
+  // posted seq <= credited + credit_frames, and the frames held above our
+  // credit were all unacked there together (bytes within credit_bytes,
+  // unless one frame went alone).
+  const uint64_t bytes = frame_header_bytes + length;
+  std::string why;
+  if (h.seq > peer.credited + config.credit_frames) {
+    why = "frame seq " + std::to_string(h.seq) + " is beyond the credit window (delivered and " +
+          "credited up to seq " + std::to_string(peer.credited) + ", window " +
+          std::to_string(config.credit_frames) + " frames)";
+  } else if (peer.window_frames > 0 && peer.window_bytes + bytes > config.credit_bytes) {
+    why = "frame seq " + std::to_string(h.seq) + " of " + std::to_string(bytes) +
+          " bytes exceeds the credit window (" + std::to_string(peer.window_bytes) +
+          " bytes in " + std::to_string(peer.window_frames) + " frames not yet credited, window " +
+          std::to_string(config.credit_bytes) + " bytes)";
+  }
+  if (!why.empty()) {
+    ++peer.window_violations;
+    reject(&peer, "flow control: " + why);
+    return false;
+  }
+  ++peer.window_frames;
+  peer.window_bytes += bytes;
+  if (peer.window_frames > peer.window_peak_frames) peer.window_peak_frames = peer.window_frames;
+  if (peer.window_bytes > peer.window_peak_bytes) peer.window_peak_bytes = peer.window_bytes;
+  return true;
+}
+
 void node_bridge::impl::complete(peer_state& peer, const frame_header& h, payload_bytes payload) {
   if (peer.down) return;
   if (auto s = check_payload(h, payload); !s) return reject(&peer, s.err().message());
@@ -118,6 +150,8 @@ void node_bridge::impl::complete(peer_state& peer, const frame_header& h, payloa
     if (h.type == frame_type::goodbye) {
       peer.leaving = true;
       maybe_leave(peer);
+    } else if (h.type == frame_type::credit) {
+      on_credit(peer, payload);
     }
     return;  // heartbeat: last_heard is all it does
   }
@@ -125,12 +159,27 @@ void node_bridge::impl::complete(peer_state& peer, const frame_header& h, payloa
     return reject(&peer, "duplicate frame seq " + std::to_string(h.seq));
   }
   peer.reorder.emplace(h.seq, inbound_frame{peer.name, h, std::move(payload)});
+  if (peer.reorder.size() > peer.reorder_peak) peer.reorder_peak = peer.reorder.size();
+  const uint64_t delivered_before = peer.delivered_frames;
   while (!peer.reorder.empty() && peer.reorder.begin()->first == peer.next_deliver) {
     auto frame = std::move(peer.reorder.begin()->second);
     peer.reorder.erase(peer.reorder.begin());
     ++peer.next_deliver;
+    ++peer.delivered_frames;
+    peer.delivered_bytes += frame_header_bytes + frame.payload.size();
     deliver(peer, std::move(frame));
     if (peer.down) return;
+  }
+  // Credits go back at once past half the window, otherwise once this
+  // burst of arrivals is processed (flush_credits): one credit frame per
+  // burst, and a sender waiting for credit always gets it.
+  if (peer.delivered_frames * 2 >= config.credit_frames ||
+      peer.delivered_bytes * 2 >= config.credit_bytes) {
+    send_credit(peer);
+  } else if (peer.delivered_frames > delivered_before && !peer.credit_owed) {
+    peer.credit_owed = true;
+    if (credits_owed.empty()) credits_owed_since = clock::now();
+    credits_owed.push_back(peer.index);
   }
   maybe_leave(peer);
 }

@@ -98,7 +98,79 @@ void node_bridge::impl::drain_queue() {
   }
   for (auto& op : batch) {
     auto& peer = *peers_[op->peer];
-    post(std::move(op), false, &peer);
+    // Out of credit: the frame waits here, behind any earlier one, until
+    // the peer's credits return (on_credit). Nothing is dropped.
+    if (!peer.held.empty() || !has_credit(peer, *op)) {
+      ++peer.credit_waits;
+      peer.held.push_back(std::move(op));
+      peer.held_for_credit = peer.held.size();
+      continue;
+    }
+    post_sequenced(peer, std::move(op));
+  }
+}
+
+bool node_bridge::impl::has_credit(const peer_state& p, const send_op& op) const {
+  return op.seq <= p.acked + config.credit_frames &&
+         (p.unacked.empty() || p.unacked_bytes + op.bytes <= config.credit_bytes);
+}
+
+void node_bridge::impl::post_sequenced(peer_state& p, std::unique_ptr<send_op> op) {
+  p.unacked.emplace_back(op->seq, op->bytes);
+  p.unacked_bytes += op->bytes;
+  p.last_posted_seq = op->seq;
+  post(std::move(op), false, &p);
+}
+
+void node_bridge::impl::on_credit(peer_state& p, std::span<const std::byte> payload) {
+  uint64_t through = 0;
+  if (auto s = decode_payload(payload, through); !s)
+    return reject(&p, "bad credit payload: " + s.err().message());
+  if (through > p.last_posted_seq)
+    return reject(&p, "credit up to seq " + std::to_string(through) + ", but only up to " +
+                          std::to_string(p.last_posted_seq) + " was sent");
+  if (through <= p.acked) return;  // an older credit
+  p.acked = through;
+  while (!p.unacked.empty() && p.unacked.front().first <= through) {
+    p.unacked_bytes -= p.unacked.front().second;
+    p.unacked.pop_front();
+  }
+  while (!p.held.empty() && has_credit(p, *p.held.front())) {
+    auto op = std::move(p.held.front());
+    p.held.pop_front();
+    post_sequenced(p, std::move(op));
+  }
+  p.held_for_credit = p.held.size();
+}
+
+void node_bridge::impl::send_credit(peer_state& p) {
+  const uint64_t through = p.next_deliver - 1;
+  p.window_frames -= std::min(p.window_frames, p.delivered_frames);
+  p.window_bytes -= std::min(p.window_bytes, p.delivered_bytes);
+  p.delivered_frames = p.delivered_bytes = 0;
+  p.credited = through;
+  if (p.ep == nullptr) return;
+  auto op = std::make_unique<send_op>();
+  op->owner = this;
+  op->peer = p.index;
+  op->payload = encode_payload(through);
+  frame_header h;
+  h.type = frame_type::credit;
+  h.sender = node_id;
+  seal(h, op->payload);
+  encode_header(h, op->header);
+  op->bytes = frame_header_bytes + op->payload.size();
+  op->ep_override = p.ep;
+  post(std::move(op), false, &p);
+}
+
+void node_bridge::impl::flush_credits() {
+  auto owed = std::move(credits_owed);
+  credits_owed.clear();
+  for (uint32_t index : owed) {
+    auto& p = *peers_[index];
+    p.credit_owed = false;
+    if (!p.down && p.delivered_frames > 0) send_credit(p);
   }
 }
 
@@ -140,6 +212,7 @@ status node_bridge::impl::enqueue(const std::string& name, frame_type type, uint
     h.type = type;
     h.sender = node_id;
     h.seq = peer.next_seq++;
+    op->seq = h.seq;
     h.request_id = request_id != 0 ? request_id : (on_reply ? next_request_id_++ : 0);
     h.target = target;
     seal(h, op->payload);

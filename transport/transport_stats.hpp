@@ -23,6 +23,17 @@ struct peer_stats {
   uint64_t pending_requests = 0;    // gauge: requests waiting for their reply
   uint64_t blocked_senders = 0;     // gauge: send calls waiting for window space
   bool shared_memory_path = false;  // connected by worker address (same host)
+  // Flow control (credits; docs/transport.md, "Back-pressure"). Receiving
+  // from the peer: the most out-of-order frames held at once, and the most
+  // frames / bytes held above the last credit (never above the window).
+  uint64_t reorder_peak_frames = 0;
+  uint64_t window_peak_frames = 0;
+  uint64_t window_peak_bytes = 0;
+  uint64_t window_violations = 0;  // frames beyond the window (the peer was cut off)
+  // Sending to the peer: frames that waited here for its credit, and how
+  // many wait now (gauge).
+  uint64_t credit_waits = 0;
+  uint64_t held_for_credit = 0;
   std::string transports;  // UCX transports carrying its frames, e.g. "posix/memory,tcp/lo"
 };
 
