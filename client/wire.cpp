@@ -17,7 +17,7 @@ T get(const std::byte* p) {
   std::memcpy(&v, p, sizeof v);
   return v;
 }
-bool known_type(uint16_t t) { return t >= 1 && t <= 8; }
+bool known_type(uint16_t t) { return t >= 1 && t <= 10; }
 }  // namespace
 
 void append_frame(std::vector<std::byte>& out, frame_type type, uint64_t request,
@@ -154,6 +154,16 @@ void encode(std::vector<std::byte>& out, const subscribe_request& r) {
   w.text16(r.table);
   w.u64(r.stream);
   w.u64(r.after_seq);
+  w.raw(r.nonce.data(), r.nonce.size());
+}
+void encode(std::vector<std::byte>& out, const challenge_frame& r) {
+  writer w(out);
+  w.raw(r.nonce.data(), r.nonce.size());
+  w.raw(r.proof.data(), r.proof.size());
+}
+void encode(std::vector<std::byte>& out, const proof_frame& r) {
+  writer w(out);
+  w.raw(r.proof.data(), r.proof.size());
 }
 void encode(std::vector<std::byte>& out, const update_batch& r) {
   writer w(out);
@@ -219,6 +229,24 @@ expected<subscribe_request> decode_subscribe(std::span<const std::byte> payload)
   if (!r.text16(out.table)) return r.fail("table");
   if (!r.u64(out.stream)) return r.fail("stream");
   if (!r.u64(out.after_seq)) return r.fail("after_seq");
+  // No nonce: a subscriber from before authentication (it cannot prove
+  // the cluster secret either).
+  if (!r.raw(out.nonce.data(), out.nonce.size())) return r.fail("nonce");
+  if (!r.at_end()) return r.fail("end");
+  return out;
+}
+expected<challenge_frame> decode_challenge(std::span<const std::byte> payload) {
+  reader r(payload, "challenge");
+  challenge_frame out;
+  if (!r.raw(out.nonce.data(), out.nonce.size())) return r.fail("nonce");
+  if (!r.raw(out.proof.data(), out.proof.size())) return r.fail("proof");
+  if (!r.at_end()) return r.fail("end");
+  return out;
+}
+expected<proof_frame> decode_proof(std::span<const std::byte> payload) {
+  reader r(payload, "proof");
+  proof_frame out;
+  if (!r.raw(out.proof.data(), out.proof.size())) return r.fail("proof");
   if (!r.at_end()) return r.fail("end");
   return out;
 }

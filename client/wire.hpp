@@ -16,7 +16,13 @@
 //   rows               dim (u32), n (u32), n x version (u64), n x dim x f32
 //   ack                n (u32)
 //   error              code (u16, errc), message (u32 length + bytes)
-//   subscribe          table, stream (u64), after_seq (u64)
+//   subscribe          table, stream (u64), after_seq (u64), nonce (32 bytes:
+//                      the subscriber's challenge to the publisher)
+//   challenge          nonce (32), proof (32): the publisher's challenge and
+//                      its answer to the subscriber's (auth::prove)
+//   proof              proof (32): the subscriber's answer to the challenge
+//                      (then the publisher streams updates; docs/serving.md,
+//                      "Online updates")
 //   updates            table, stream (u64), seq (u64), dim (u32), n (u32),
 //                      n x key (u64), n x version (u64), n x dim x f32
 //   push               table, dim (u32), n (u32), n x key (u64),
@@ -30,6 +36,7 @@
 // Plain functions and values; thread-compatible.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -54,6 +61,8 @@ enum class frame_type : uint16_t {
   subscribe = 6,
   updates = 7,
   push = 8,
+  challenge = 9,
+  proof = 10,
 };
 
 struct frame_header {
@@ -121,10 +130,21 @@ struct error_reply {
   uint16_t code = 0;
   std::string message;
 };
+// Challenge-response bytes (auth::nonce and auth::mac are the same arrays;
+// the codec does not link the crypto).
+using auth_bytes = std::array<uint8_t, 32>;
 struct subscribe_request {
   std::string table;
   uint64_t stream = 0;     // the publisher's stream id the subscriber saw last (0: none)
   uint64_t after_seq = 0;  // resend updates after this sequence number
+  auth_bytes nonce{};      // the subscriber's challenge (fresh per connection)
+};
+struct challenge_frame {  // publisher -> subscriber
+  auth_bytes nonce{};     // the publisher's challenge
+  auth_bytes proof{};     // its answer to the subscriber's nonce
+};
+struct proof_frame {  // subscriber -> publisher
+  auth_bytes proof{};
 };
 struct push_request {  // gradients for a training cluster (async mode)
   std::string table;
@@ -148,6 +168,8 @@ void encode(std::vector<std::byte>& out, const rows_reply& r);
 void encode(std::vector<std::byte>& out, const error_reply& r);
 void encode(std::vector<std::byte>& out, const subscribe_request& r);
 void encode(std::vector<std::byte>& out, const update_batch& r);
+void encode(std::vector<std::byte>& out, const challenge_frame& r);
+void encode(std::vector<std::byte>& out, const proof_frame& r);
 // A push straight from the caller's arrays (no copy into a request struct).
 // `id` 0 writes no id (the payload older clients send).
 void encode_push(std::vector<std::byte>& out, const std::string& table, uint32_t dim,
@@ -163,6 +185,8 @@ status decode_rows_into(std::span<const std::byte> payload, rows_reply& out);
 expected<error_reply> decode_error(std::span<const std::byte> payload);
 expected<subscribe_request> decode_subscribe(std::span<const std::byte> payload);
 expected<update_batch> decode_updates(std::span<const std::byte> payload);
+expected<challenge_frame> decode_challenge(std::span<const std::byte> payload);
+expected<proof_frame> decode_proof(std::span<const std::byte> payload);
 expected<push_request> decode_push(std::span<const std::byte> payload);
 
 }  // namespace strata::wire

@@ -302,14 +302,24 @@ int run_node(const std::string& path, const std::string& node, const std::string
     pc.stream = (uint64_t{std::random_device{}()} << 32 | std::random_device{}()) | 1;
     pc.interval = std::chrono::milliseconds(m.updates.interval_ms);
     pc.max_rows = m.updates.max_rows;
+    pc.max_retained_rows = m.updates.max_retained_rows;
+    // Subscribers and the publisher prove the cluster secret to each other
+    // (docs/serving.md, "Online updates").
+    auto secret = deploy::cluster_secret(m);
+    if (!secret)
+      return fail(error(errc::invalid_argument,
+                        path + ": updates: the publisher needs the cluster secret: " +
+                            secret.err().message()));
+    pc.secret = std::move(*secret);
     pc.bind_address = m.updates.bind_address;
     pc.port = updates_port;
     publisher = std::make_shared<serving::update_publisher>(pc);
     if (auto ok = publisher->start(); !ok) return fail(ok.err());
     for (auto& shard : m.cluster.shards) shard.updates = publisher;
-    std::printf("updates: publishing table '%s' on %s:%u every %u ms or %u rows\n",
-                pc.table.c_str(), pc.bind_address.c_str(), publisher->port(), m.updates.interval_ms,
-                m.updates.max_rows);
+    std::printf(
+        "updates: publishing table '%s' on %s:%u every %u ms or %u rows, retaining %llu rows\n",
+        pc.table.c_str(), pc.bind_address.c_str(), publisher->port(), m.updates.interval_ms,
+        m.updates.max_rows, static_cast<unsigned long long>(publisher->stats().max_retained_rows));
   }
 
   const auto& c = m.cluster;

@@ -152,6 +152,9 @@ struct updates_settings {
   uint16_t port = 0;           // 0: a free port (printed at start)
   uint32_t interval_ms = 200;  // send at least this often
   uint32_t max_rows = 4096;    // or as soon as this many rows wait
+  // The publisher's window (0: about 256 MiB of rows for the table's dim);
+  // a subscriber older than it is resent every row.
+  uint64_t max_retained_rows = 0;
 };
 
 struct manifest {

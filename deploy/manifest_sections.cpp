@@ -299,6 +299,7 @@ void read_updates(section s, raw_manifest& r) {
   s.unsigned_int("port", r.updates.port);
   s.unsigned_int("interval_ms", r.updates.interval_ms, 1, 3600 * 1000);
   s.unsigned_int("max_rows", r.updates.max_rows, 1, 1u << 24);
+  s.unsigned_int("max_retained_rows", r.updates.max_retained_rows, 0, uint64_t{1} << 32);
   s.finish();
 }
 

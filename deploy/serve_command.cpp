@@ -15,6 +15,7 @@
 #include "deploy/cache_backend_choice.hpp"
 #include "deploy/commands.hpp"
 #include "deploy/manifest.hpp"
+#include "deploy/preflight.hpp"
 #include "serving/binary_server.hpp"
 #include "serving/http_server.hpp"
 #include "serving/service.hpp"
@@ -120,13 +121,26 @@ int serve(const std::string& path, const std::string& port_file) {
   // One subscriber per publisher (a training cluster of several nodes has
   // one per node); each key comes from one publisher, and versions never go
   // backwards whatever the order batches arrive in.
+  // Rows are applied only from a publisher that proves the cluster secret
+  // (and a publisher streams only to a subscriber that proves it).
   std::vector<std::unique_ptr<serving::update_subscriber>> subscribers;
+  auth::secret secret;
+  if (!s.subscribe.empty()) {
+    if (auto ok = deploy::ensure_cluster_secret_file(*m, std::cout); !ok)
+      return fail(ok.err().message());
+    auto read = deploy::cluster_secret(*m);
+    if (!read)
+      return fail(path + ": serving.subscribe: updates need the cluster secret: " +
+                  read.err().message());
+    secret = std::move(*read);
+  }
   for (const auto& publisher : s.subscribe) {
     serving::subscriber_config uc;
     uc.publisher = {publisher.host, publisher.port};
     uc.table = table.name;
+    uc.secret = secret;
     subscribers.push_back(std::make_unique<serving::update_subscriber>(uc, service));
-    subscribers.back()->start();
+    if (auto ok = subscribers.back()->start(); !ok) return fail(ok.err().message());
   }
   std::printf("strata serve: table '%s' dim %u from %s: %llu rows (%llu warmed); binary %s:%u",
               table.name.c_str(), sc.dim, checkpoint->string().c_str(),

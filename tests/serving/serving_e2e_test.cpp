@@ -40,6 +40,8 @@ bool eventually(F&& done, std::chrono::milliseconds deadline) {
 std::string manifest(const fs::path& d, uint32_t epochs, uint16_t updates_port) {
   std::ostringstream m;
   m << "name: live\nmode: async\npartitions: 64\nthreads: 2\n"
+    << "cluster_secret:\n  file: " << (d / "cluster.secret").string()
+    << "\n  create_if_missing: true\n"
     << "table:\n  name: counts\n  optimizer:\n    kind: sgd\n    learning_rate: 1\n"
     << "  initializer:\n    kind: zeros\n"
     << "model:\n  embedding_dim: 1\n  objective: count\n"

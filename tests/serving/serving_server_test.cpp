@@ -1,7 +1,6 @@
 // The serving node over real loopback sockets: the binary protocol with
 // several concurrent clients, the HTTP/JSON endpoint and its 4xx answers,
-// online updates through the publisher/subscriber stream (including a
-// publisher restart and a resumed subscription), and `strata serve` as
+// updates frames on the lookup port, and `strata serve` as
 // real processes, one killed mid-load while the client fails over.
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -328,121 +327,7 @@ TEST(ServingHttp, MalformedRequestsGetClear4xx) {
   EXPECT_NE(r.body.find("max_request_keys"), std::string::npos);
 }
 
-// --- online updates -------------------------------------------------------------
-
-TEST(OnlineUpdates, PublishedRowsAreServedWithinTheIntervalAndResumeAfterAPublisherRestart) {
-  node n;
-  publisher_config pc;
-  pc.table = "ads";
-  pc.dim = dim;
-  pc.stream = 11;
-  pc.interval = 50ms;
-  auto publisher = std::make_unique<update_publisher>(pc);
-  ASSERT_TRUE(publisher->start().has_value());
-  const uint16_t port = publisher->port();
-  update_subscriber subscriber({{"127.0.0.1", port}, "ads", 20ms}, *n.service);
-  subscriber.start();
-  auto c = n.connect();
-  const uint64_t k1 = n.rows.keys[10], k2 = n.rows.keys[11];
-  const uint64_t v1 = n.rows.versions.at(k1) + 1;
-  std::vector<float> w(dim, 9.0f);
-  auto version_of = [&](uint64_t key) {
-    auto r = c.lookup("ads", std::vector<uint64_t>{key});
-    return r ? r->versions[0] : 0;
-  };
-  // Within the interval: the row is served a few intervals after its
-  // publication at most (the publisher sends every 50 ms, the subscriber
-  // applies at once). The bound is 20 intervals, generous for a loaded or
-  // sanitized machine, but far below what a missed send would take (the
-  // next publication, or never).
-  const auto published = std::chrono::steady_clock::now();
-  publisher->publish(std::vector<uint64_t>{k1}, w, std::vector<uint64_t>{v1});
-  ASSERT_TRUE(eventually([&] { return version_of(k1) == v1; }, 20 * pc.interval))
-      << "not served within 20 intervals of " << pc.interval.count() << " ms";
-  EXPECT_LT(std::chrono::steady_clock::now() - published, 20 * pc.interval);
-  EXPECT_EQ(c.lookup("ads", std::vector<uint64_t>{k1})->weights[0], 9.0f);
-
-  // The training cluster restarts (a new publisher, a new incarnation) on
-  // the same port: the subscriber reconnects and gets its rows; an older
-  // row of the old incarnation arriving late is not applied.
-  publisher->stop();
-  publisher.reset();
-  pc.stream = 12;
-  pc.port = port;
-  update_publisher restarted(pc);
-  ASSERT_TRUE(restarted.start().has_value());
-  const uint64_t v2 = make_version(2, 1);
-  std::vector<float> w2(2 * dim, 5.0f);
-  restarted.publish(std::vector<uint64_t>{k2, k1}, w2,
-                    std::vector<uint64_t>{v2, n.rows.versions.at(k1)});
-  ASSERT_TRUE(eventually([&] { return version_of(k2) == v2; }));
-  EXPECT_EQ(version_of(k1), v1);  // never backwards
-  EXPECT_GE(subscriber.reconnects(), 1u);
-  EXPECT_EQ(subscriber.stream(), 12u);
-  subscriber.stop();
-  restarted.stop();
-}
-
-TEST(OnlineUpdates, AResumingSubscriberGetsOnlyNewerRows) {
-  publisher_config pc;
-  pc.table = "ads";
-  pc.dim = 1;
-  pc.stream = 7;
-  pc.interval = 10ms;
-  update_publisher publisher(pc);
-  ASSERT_TRUE(publisher.start().has_value());
-  publisher.publish(std::vector<uint64_t>{1, 2, 3}, std::vector<float>{1, 2, 3},
-                    std::vector<uint64_t>{10, 20, 30});  // seq 1, 2, 3
-  publisher.publish(std::vector<uint64_t>{2}, std::vector<float>{22},
-                    std::vector<uint64_t>{21});  // seq 4
-  auto receive_after = [&](uint64_t stream, uint64_t after) {
-    auto s = wire::frame_socket::connect({"127.0.0.1", publisher.port()}, 10s);
-    EXPECT_TRUE(s.has_value());
-    std::vector<std::byte> payload;
-    wire::encode(payload, wire::subscribe_request{"ads", stream, after});
-    EXPECT_TRUE(s->send(wire::frame_type::subscribe, 0, payload).has_value());
-    auto f = s->receive();
-    EXPECT_TRUE(f.has_value());
-    auto b = wire::decode_updates(f->payload);
-    EXPECT_TRUE(b.has_value());
-    return *b;
-  };
-  auto resumed = receive_after(7, 2);  // saw seq 1..2: gets key 3 and key 2's newer row
-  EXPECT_EQ(resumed.keys, (std::vector<uint64_t>{3, 2}));
-  EXPECT_EQ(resumed.versions, (std::vector<uint64_t>{30, 21}));
-  EXPECT_EQ(resumed.seq, 4u);
-  auto fresh = receive_after(99, 4);  // another stream's position: everything retained
-  EXPECT_EQ(fresh.keys, (std::vector<uint64_t>{1, 3, 2}));
-  publisher.stop();
-}
-
-TEST(OnlineUpdates, AHotKeyUpdatedManyTimesIsSentOnceNewest) {
-  publisher_config pc;
-  pc.table = "ads";
-  pc.dim = 1;
-  pc.stream = 3;
-  pc.interval = 10ms;
-  update_publisher publisher(pc);
-  ASSERT_TRUE(publisher.start().has_value());
-  // Enough republications to compact the log several times over.
-  for (uint64_t v = 1; v <= 5000; ++v)
-    publisher.publish(std::vector<uint64_t>{v % 3}, std::vector<float>{float(v)},
-                      std::vector<uint64_t>{v});
-  auto s = wire::frame_socket::connect({"127.0.0.1", publisher.port()}, 10s);
-  ASSERT_TRUE(s.has_value());
-  std::vector<std::byte> payload;
-  wire::encode(payload, wire::subscribe_request{"ads", 0, 0});
-  ASSERT_TRUE(s->send(wire::frame_type::subscribe, 0, payload).has_value());
-  auto f = s->receive();
-  ASSERT_TRUE(f.has_value());
-  auto b = wire::decode_updates(f->payload);
-  ASSERT_TRUE(b.has_value());
-  EXPECT_EQ(b->keys, (std::vector<uint64_t>{0, 1, 2}));  // 4998 % 3 == 0
-  EXPECT_EQ(b->versions, (std::vector<uint64_t>{4998, 4999, 5000}));
-  EXPECT_EQ(b->weights, (std::vector<float>{4998, 4999, 5000}));
-  EXPECT_EQ(b->seq, 5000u);
-  publisher.stop();
-}
+// --- online updates (the publisher/subscriber stream: update_stream_test.cpp) ----
 
 TEST(OnlineUpdates, ReorderedUpdateFramesNeverMoveAVersionBackwards) {
   node n;
@@ -471,29 +356,6 @@ TEST(OnlineUpdates, ReorderedUpdateFramesNeverMoveAVersionBackwards) {
     ASSERT_EQ(r->weights[0], float(seen - base));
   }
   EXPECT_EQ(seen, base + 30);
-}
-
-TEST(OnlineUpdates, InProcessSubscriberOfAOneProcessCluster) {
-  node n;
-  publisher_config pc;
-  pc.table = "ads";
-  pc.dim = dim;
-  pc.interval = 1h;  // only the row count triggers a send here
-  pc.max_rows = 3;
-  update_publisher publisher(pc);
-  publisher.add_local_subscriber([&](const wire::update_batch& b) {
-    (void)n.service->apply_updates(b.table, b.keys, b.weights, b.versions);
-  });
-  const std::vector<uint64_t> keys(n.rows.keys.begin(), n.rows.keys.begin() + 3);
-  std::vector<uint64_t> versions;
-  for (auto k : keys) versions.push_back(n.rows.versions.at(k) + 5);
-  publisher.publish(keys, std::vector<float>(3 * dim, 4.0f), versions);
-  auto c = n.connect();
-  ASSERT_TRUE(eventually([&] {
-    auto r = c.lookup("ads", keys);
-    return r && r->versions == versions;
-  }));
-  publisher.stop();
 }
 
 // --- the Python module ------------------------------------------------------------
