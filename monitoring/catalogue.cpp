@@ -236,6 +236,12 @@ std::vector<MetricFamily> to_families(const node_snapshot& s) {
                 d(tr.rejected_frames));
     out.counter("strata_transport_peer_down_total", "Peers that went down (up -> down).", node,
                 d(tr.peers_down));
+    out.counter("strata_transport_unauthenticated_frames_total",
+                "Frames dropped because their endpoint had not authenticated as a cluster member.",
+                node, d(tr.unauthenticated_frames));
+    out.counter("strata_transport_refused_handshakes_total",
+                "Hello exchanges refused (no or wrong cluster-secret proof, not a member).", node,
+                d(tr.refused_handshakes));
     for (const auto& p : tr.peers) {
       const labels peer = with(node, {{"peer", p.name}});
       out.gauge("strata_transport_peer_up", "1 while the peer node is connected and heard from.",

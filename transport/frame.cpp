@@ -42,6 +42,9 @@ bool is_known_type(uint16_t type) {
   switch (static_cast<frame_type>(type)) {
     case frame_type::hello:
     case frame_type::hello_ack:
+    case frame_type::hello_proof:
+    case frame_type::hello_welcome:
+    case frame_type::hello_refused:
     case frame_type::heartbeat:
     case frame_type::goodbye:
     case frame_type::credit:
@@ -87,6 +90,12 @@ std::string_view to_string(frame_type type) {
       return "hello";
     case frame_type::hello_ack:
       return "hello_ack";
+    case frame_type::hello_proof:
+      return "hello_proof";
+    case frame_type::hello_welcome:
+      return "hello_welcome";
+    case frame_type::hello_refused:
+      return "hello_refused";
     case frame_type::heartbeat:
       return "heartbeat";
     case frame_type::goodbye:

@@ -28,7 +28,10 @@ namespace strata::transport {
 
 inline constexpr uint32_t frame_magic = 0x46525453;  // "STRF" little-endian
 // 2: push_request gained its push id (issue 15 item 5; docs/wire-format.md).
-inline constexpr uint16_t wire_version = 2;
+// 3: the hello exchange proves the cluster secret (hello_payload's nonce,
+// proof, refusal; hello_proof, hello_welcome, hello_refused), shard_checkpoint
+// carries the epoch only, credit frames (issue 16 item 1).
+inline constexpr uint16_t wire_version = 3;
 inline constexpr size_t frame_header_bytes = 48;
 // Default upper bound of a payload; a larger length is rejected before
 // any buffer is allocated. 4096 rows of dim 128 Adam (~6.4 MiB) fit with room.
@@ -37,8 +40,13 @@ inline constexpr uint32_t default_max_payload_bytes = 256u << 20;
 // What a frame carries. Control frames (< 16) are not sequenced; requests,
 // one-way messages and replies are (per sender, in send order).
 enum class frame_type : uint16_t {
-  hello = 1,      // connection set-up: name, node id, host id, worker address
-  hello_ack = 2,  // the acceptor's answer, same payload
+  // Connection set-up, a mutual challenge-response over the cluster secret
+  // (docs/multi-node.md, "Membership"); every one carries a hello_payload.
+  hello = 1,           // connector: name, node id, host id, its nonce
+  hello_ack = 2,       // acceptor: the same, its proof over the connector's nonce
+  hello_proof = 6,     // connector: its proof over the acceptor's nonce, worker address
+  hello_welcome = 7,   // acceptor: admitted; its worker address
+  hello_refused = 8,   // either side: why the other was not admitted (then it closes)
   heartbeat = 3,  // empty; proves the sender alive
   goodbye = 4,    // empty; the sender stops (graceful)
   credit = 5,     // u64: the receiver delivered every sequenced frame up to this seq

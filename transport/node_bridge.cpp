@@ -98,8 +98,14 @@ status node_bridge::wait_for_peer(const std::string& peer, std::chrono::millisec
            (impl_->peers_[it->second]->up || impl_->peers_[it->second]->down);
   };
   if (!impl_->cv_.wait_for(lock, timeout, ready)) {
-    return error(errc::unavailable, "node '" + peer + "' did not connect within " +
-                                        std::to_string(timeout.count()) + " ms");
+    // A node that tried and was refused (another cluster secret, say) is
+    // named with the reason, not reported as merely late.
+    auto refused = impl_->refusals_.find(peer);
+    return error(refused != impl_->refusals_.end() ? errc::invalid_argument : errc::unavailable,
+                 "node '" + peer + "' did not connect within " + std::to_string(timeout.count()) +
+                     " ms" +
+                     (refused != impl_->refusals_.end() ? " (this node " + refused->second + ")"
+                                                        : std::string()));
   }
   auto& p = *impl_->peers_[impl_->by_name_.at(peer)];
   if (p.down)
@@ -141,6 +147,8 @@ transport_stats node_bridge::stats() const {
   s.node = name();
   s.peers_down = impl_->peers_down;
   s.rejected_frames = impl_->rejected_unknown;
+  s.unauthenticated_frames = impl_->unauthenticated;
+  s.refused_handshakes = impl_->refused_handshakes;
   std::lock_guard lock(impl_->mu_);
   for (auto& p : impl_->peers_) {
     peer_stats ps;

@@ -4,11 +4,17 @@
 //
 // - Set-up: a node listens on a TCP socket address (port 0: pick a free
 //   one, see port()). connect() opens an endpoint to a peer's listener and
-//   exchanges hello frames (name, node id, host id, UCX worker address).
-//   Peers on the same host (same hostname and network namespace) then open
-//   endpoints to each other's worker address, so UCX may use shared memory
-//   (the listener's connections never do); other peers keep the listener's
-//   connection.
+//   runs the hello exchange over it: a mutual challenge-response over the
+//   cluster secret (hello, hello_ack, hello_proof, hello_welcome; see
+//   node_bridge_connect.cpp). Peers on the same host (same hostname and
+//   network namespace) then open endpoints to each other's worker address,
+//   so UCX may use shared memory (the listener's connections never do);
+//   other peers keep the listener's connection.
+// - Membership: a frame is attributed to a peer by the UCX endpoint it
+//   arrived on (every frame is sent with UCX's reply flag, so the receiver
+//   learns its endpoint), never by a header field. Until the endpoint's
+//   peer has authenticated, every frame but the hello exchange's is
+//   dropped and counted (transport_stats::unauthenticated_frames).
 // - Frames: the 48-byte header is the active message's user header, the
 //   payload its data; UCX picks eager or rendezvous by size. Receivers
 //   validate every frame; a bad one is counted, logged with the peer's
@@ -46,6 +52,7 @@
 #include <string>
 #include <vector>
 
+#include "common/auth.hpp"
 #include "common/error.hpp"
 #include "transport/frame.hpp"
 #include "transport/transport_stats.hpp"
@@ -87,6 +94,25 @@ struct bridge_config {
   // Test seam (faults are injected through seams): called with every sequenced
   // frame after it is sealed, before it is sent; it may corrupt it.
   std::function<void(frame_header&, std::vector<std::byte>& payload)> outgoing_fault;
+
+  // Membership (docs/multi-node.md, "Membership"). With a secret, a peer
+  // is admitted only once it proved it holds the secret over a fresh nonce
+  // of this node (and this node proved it back), and only under a name in
+  // `admitted_nodes` (empty: any name). Empty secret: an open endpoint
+  // (serving and gateway endpoints for clients); its proofs are made with
+  // the empty key, so a node with a secret refuses it and it the node.
+  auth::secret cluster_secret;
+  std::vector<std::string> admitted_nodes;
+
+  // Test seams of the membership tests (tests/transport/membership_test.cpp),
+  // never set otherwise: `test_trust_blindly` makes this bridge act like an
+  // attacker that does not check the other side (it sends its proof
+  // whatever it got, and treats a connection as up as soon as its hello is
+  // sent, so its frames go out at once); `outgoing_control` sees and may
+  // replace the payload of every hello-exchange frame before it is sealed
+  // (record a member's handshake, replay it).
+  bool test_trust_blindly = false;
+  std::function<void(frame_type, std::vector<std::byte>& payload)> outgoing_control;
 };
 
 // Bytes whose resize does not zero them: UCX writes a received payload

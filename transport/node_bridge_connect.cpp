@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -38,6 +39,9 @@ void node_bridge::impl::ep_failed(ep_context* ctx, const std::string& reason) {
 void node_bridge::impl::schedule_close(ep_context* ctx) {
   if (ctx == nullptr || ctx->closed) return;
   ctx->closed = true;
+  // A closed endpoint's handle may be reused by UCX: nothing is attributed
+  // through it any more.
+  if (ctx->ep != nullptr) authed_eps.erase(ctx->ep);
   to_close.push_back(ctx);
 }
 
@@ -86,9 +90,22 @@ void node_bridge::impl::on_connection(ucp_conn_request_h request, void* arg) {
   ucp_ep_params_t p{};
   p.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST;
   p.conn_request = request;
+  // The other end's address, for the messages about its hello.
+  std::string address;
+  ucp_conn_request_attr_t attr{};
+  attr.field_mask = UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR;
+  if (ucp_conn_request_query(request, &attr) == UCS_OK &&
+      attr.client_address.ss_family == AF_INET) {
+    const auto* in = reinterpret_cast<const sockaddr_in*>(&attr.client_address);
+    char text[INET_ADDRSTRLEN] = {};
+    ::inet_ntop(AF_INET, &in->sin_addr, text, sizeof text);
+    address = std::string(text) + ":" + std::to_string(ntohs(in->sin_port));
+  }
   std::string failure;
-  if (self->create_ep(p, -1, 0, failure) == nullptr) {
-    self->log("cannot accept a connection: " + failure);
+  if (auto* ctx = self->create_ep(p, -1, 0, failure)) {
+    ctx->address = address;
+  } else {
+    self->log("cannot accept a connection from " + address + ": " + failure);
   }
 }
 
@@ -113,10 +130,39 @@ void node_bridge::impl::start_connect(const std::shared_ptr<connect_op>& op) {
     fail_connect(op->id, failure);
     return;
   }
-  send_control(op->ctx->ep, frame_type::hello, op->id, true);
+  op->ctx->address = op->host + ":" + std::to_string(op->port);
+  auto own = auth::fresh_nonce();
+  if (!own) {
+    fail_connect(op->id, own.err().message());
+    return;
+  }
+  op->ctx->own_nonce = *own;
+  op->ctx->step = hello_step::hello_sent;
+  hello_payload hello;
+  hello.node_id = node_id;
+  hello.host_id = host_id;
+  hello.nonce.assign(own->begin(), own->end());
+  send_hello(op->ctx->ep, frame_type::hello, op->id, std::move(hello));
+  if (config.test_trust_blindly) {
+    // The attacker of the membership tests: up as soon as its hello left,
+    // named by the address it dialled; its frames go out over this
+    // connection before (and whatever) the acceptor decides.
+    hello_payload target;
+    target.name = op->ctx->address;
+    if (auto* peer = add_peer(target, 0)) {
+      bind_eps(*peer, op->ctx, false, {}, false);
+      op->ctx->connect = op->id;  // its hello_ack still finds the attempt
+      {
+        std::lock_guard lock(mu_);
+        op->done = true;
+        op->peer = peer->name;
+      }
+      set_up(*peer);
+    }
+  }
 }
 
-void node_bridge::impl::fail_connect(uint64_t id, const std::string& reason) {
+void node_bridge::impl::fail_connect(uint64_t id, const std::string& reason, errc code) {
   auto it = connects.find(id);
   if (it == connects.end()) return;
   auto op = it->second;
@@ -124,55 +170,286 @@ void node_bridge::impl::fail_connect(uint64_t id, const std::string& reason) {
   {
     std::lock_guard lock(mu_);
     op->done = true;
-    op->failure = error(errc::unavailable, "cannot connect to " + op->host + ":" +
-                                               std::to_string(op->port) + ": " + reason);
+    op->failure =
+        error(code, "cannot connect to " + op->host + ":" + std::to_string(op->port) + ": " + reason);
   }
   cv_.notify_all();
 }
 
+// The hello exchange: a mutual challenge-response over the cluster secret
+// (docs/multi-node.md, "Membership"), all on the listener connection:
+//
+//   connector -> acceptor  hello          name, node id, host id, nonce Nc
+//   acceptor -> connector  hello_ack      name, node id, host id, nonce Na,
+//                                         prove(secret, ".../acceptor", its name, Nc, Na)
+//   connector -> acceptor  hello_proof    prove(secret, ".../connector", its name, Na, Nc),
+//                                         its worker address
+//   acceptor -> connector  hello_welcome  its worker address
+//
+// Each side checks the other's proof over the nonce it chose itself, fresh
+// per connection, so a recorded hello replayed on a new connection fails;
+// the role in the proof's context keeps an answer of one side from being
+// reflected as the other's. Only names in admitted_nodes pass, and neither
+// side's worker address goes to a peer that has not proved the secret. Any
+// failure answers hello_refused (the reason), is logged with the other
+// end's address and counted, and the connection closes.
+namespace {
+
+constexpr std::string_view acceptor_context = "strata-node-hello-v1/acceptor";
+constexpr std::string_view connector_context = "strata-node-hello-v1/connector";
+
+bool to_nonce(const std::vector<uint8_t>& bytes, auth::nonce& out) {
+  if (bytes.size() != out.size()) return false;
+  std::copy(bytes.begin(), bytes.end(), out.begin());
+  return true;
+}
+
+}  // namespace
+
+void node_bridge::impl::send_hello(ucp_ep_h ep, frame_type type, uint64_t request_id,
+                                   hello_payload payload, bool close_after) {
+  if (ep == nullptr) return;
+  payload.name = config.node_name;
+  auto op = std::make_unique<send_op>();
+  op->owner = this;
+  op->payload = encode_payload(payload);
+  if (config.outgoing_control) config.outgoing_control(type, op->payload);
+  frame_header h;
+  h.type = type;
+  h.sender = node_id;
+  h.request_id = request_id;
+  seal(h, op->payload);
+  encode_header(h, op->header);
+  op->bytes = frame_header_bytes + op->payload.size();
+  op->ep_override = ep;
+  op->close_after = close_after;
+  post(std::move(op), true, nullptr);
+}
+
+auth::mac node_bridge::impl::proof_for(const ep_context& ctx, bool as_acceptor) const {
+  return auth::prove(config.cluster_secret, as_acceptor ? acceptor_context : connector_context,
+                     config.node_name, ctx.their_nonce, ctx.own_nonce);
+}
+
+bool node_bridge::impl::proof_holds(const hello_payload& hello, const ep_context& ctx,
+                                    bool from_acceptor) const {
+  // An open endpoint (no secret: clients of a serving node) checks nothing;
+  // a node with a secret checks every proof.
+  if (config.cluster_secret.empty() || config.test_trust_blindly) return true;
+  if (hello.proof.size() != auth::mac_size) return false;
+  auth::mac got{};
+  std::copy(hello.proof.begin(), hello.proof.end(), got.begin());
+  const auto want =
+      auth::prove(config.cluster_secret, from_acceptor ? acceptor_context : connector_context,
+                  ctx.their.name, ctx.own_nonce, ctx.their_nonce);
+  return auth::same_mac(got, want);
+}
+
+std::string node_bridge::impl::admitted_problem(const std::string& name) const {
+  if (name.empty()) return "no node name";
+  if (name == config.node_name) return "it claims this node's own name '" + name + "'";
+  if (config.admitted_nodes.empty()) return {};
+  for (const auto& n : config.admitted_nodes)
+    if (n == name) return {};
+  std::string list;
+  for (const auto& n : config.admitted_nodes) list += (list.empty() ? "" : ", ") + n;
+  return "node '" + name + "' is not a member (the manifest's nodes: " + list + ")";
+}
+
+void node_bridge::impl::refuse(ep_context* ctx, uint64_t request_id, const std::string& claimed,
+                               const std::string& reason) {
+  ++refused_handshakes;
+  const std::string from = ctx && !ctx->address.empty() ? ctx->address : "an unknown address";
+  log("hello from " + from + ": " + reason + "; refused");
+  if (!claimed.empty()) {
+    std::lock_guard lock(mu_);
+    refusals_[claimed] = "refused a hello from " + from + ": " + reason;
+  }
+  if (ctx == nullptr) return;
+  ctx->step = hello_step::refused;
+  if (ctx->connect != 0) fail_connect(ctx->connect, reason, errc::invalid_argument);
+  hello_payload why;
+  why.refusal = reason;
+  if (ctx->ep != nullptr && !ctx->closed) {
+    send_hello(ctx->ep, frame_type::hello_refused, request_id, why, /*close_after=*/true);
+  }
+}
+
+void node_bridge::impl::close_connection(ep_context* ctx, const std::string& reason) {
+  if (ctx == nullptr || ctx->closed) return;
+  // A connection bound to a peer closes with the peer (no endpoint of a
+  // peer is left dangling); an unbound one alone.
+  if (ctx->peer >= 0) return mark_down(*peers_[ctx->peer], reason);
+  schedule_close(ctx);
+}
+
 void node_bridge::impl::handle_hello(const frame_header& h, std::span<const std::byte> payload,
                                      ucp_ep_h reply_ep) {
+  // The endpoint the frame came over says who it is from; a frame without
+  // one cannot be answered nor attributed.
+  if (reply_ep == nullptr) {
+    ++unauthenticated;
+    return;
+  }
+  ep_context* ctx = context_of(reply_ep);
+  if (ctx == nullptr) {
+    ctx = new_ep_context(-1, 0);
+    ctx->ep = reply_ep;
+  }
   hello_payload hello;
   if (auto s = decode_payload(payload, hello); !s) {
-    return reject(nullptr, "bad hello: " + s.err().message());
+    return refuse(ctx, h.request_id, "", "bad hello: " + s.err().message());
   }
-  const bool same_host =
-      config.exchange_worker_address && !hello.worker_address.empty() && hello.host_id == host_id;
-  if (h.type == frame_type::hello_ack) {
-    auto it = connects.find(h.request_id);
-    if (it == connects.end()) return reject(nullptr, "hello_ack for no connection attempt");
-    auto op = it->second;
-    connects.erase(it);
-    ep_context* wire = op->ctx;
-    auto* peer = add_peer(hello, h.sender);
-    if (peer == nullptr) {
-      schedule_close(wire);
-      return fail_connect_now(op, "node '" + hello.name + "' is already connected");
+  switch (h.type) {
+    case frame_type::hello:
+      return on_hello(ctx, h, std::move(hello));
+    case frame_type::hello_ack:
+      return on_hello_ack(ctx, h, std::move(hello));
+    case frame_type::hello_proof:
+      return on_hello_proof(ctx, h, std::move(hello));
+    case frame_type::hello_welcome:
+      return on_hello_welcome(ctx, h, std::move(hello));
+    case frame_type::hello_refused: {
+      ++refused_handshakes;
+      const std::string from = ctx->address.empty() ? "an unknown address" : ctx->address;
+      const std::string reason =
+          "refused by node '" + hello.name + "' at " + from + ": " + hello.refusal;
+      log(reason);
+      if (!ctx->their.name.empty()) {
+        std::lock_guard lock(mu_);
+        refusals_[ctx->their.name] = "was " + reason;
+      }
+      if (ctx->step != hello_step::done) {
+        ctx->step = hello_step::refused;
+        if (ctx->connect != 0) fail_connect(ctx->connect, reason, errc::invalid_argument);
+        close_connection(ctx, reason);
+      }
+      return;
     }
-    bind_eps(*peer, wire, same_host, hello.worker_address);
-    {
-      std::lock_guard lock(mu_);
-      op->done = true;
-      op->peer = peer->name;
-    }
-    set_up(*peer);
-    return;
+    default:
+      return;
   }
-  // hello: a peer connected to our listener.
-  auto* peer = add_peer(hello, h.sender);
-  if (peer == nullptr) {
-    log("refused a second connection from node '" + hello.name + "'");
-    return;
+}
+
+void node_bridge::impl::on_hello(ep_context* ctx, const frame_header& h, hello_payload hello) {
+  if (ctx->step != hello_step::none || ctx->peer >= 0 || ctx->connect != 0)
+    return refuse(ctx, h.request_id, "", "a second hello on one connection");
+  if (auto problem = admitted_problem(hello.name); !problem.empty())
+    return refuse(ctx, h.request_id, hello.name, problem);
+  if (!to_nonce(hello.nonce, ctx->their_nonce))
+    return refuse(ctx, h.request_id, hello.name,
+                  "node '" + hello.name + "' sent no challenge (a node of another version?)");
+  auto own = auth::fresh_nonce();
+  if (!own) return refuse(ctx, h.request_id, hello.name, own.err().message());
+  ctx->own_nonce = *own;
+  ctx->their = hello;
+  ctx->their.worker_address.clear();
+  ctx->step = hello_step::ack_sent;
+  hello_payload ack;
+  ack.node_id = node_id;
+  ack.host_id = host_id;
+  ack.nonce.assign(ctx->own_nonce.begin(), ctx->own_nonce.end());
+  const auto proof = proof_for(*ctx, /*as_acceptor=*/true);
+  ack.proof.assign(proof.begin(), proof.end());
+  send_hello(ctx->ep, frame_type::hello_ack, h.request_id, std::move(ack));
+}
+
+void node_bridge::impl::on_hello_ack(ep_context* ctx, const frame_header& h, hello_payload hello) {
+  auto it = connects.find(h.request_id);
+  if (ctx->step != hello_step::hello_sent || it == connects.end() || it->second->ctx != ctx)
+    return refuse(ctx, h.request_id, "", "hello_ack for no connection attempt of this endpoint");
+  if (auto problem = admitted_problem(hello.name); !problem.empty())
+    return refuse(ctx, h.request_id, hello.name, problem);
+  if (!to_nonce(hello.nonce, ctx->their_nonce))
+    return refuse(ctx, h.request_id, hello.name,
+                  "node '" + hello.name + "' sent no challenge (a node of another version?)");
+  ctx->their = hello;
+  ctx->their.worker_address.clear();
+  if (!proof_holds(hello, *ctx, /*from_acceptor=*/true))
+    return refuse(ctx, h.request_id, hello.name,
+                  "wrong proof for node '" + hello.name +
+                      "' (it does not hold this cluster's secret: the nodes' cluster_secret "
+                      "files differ)");
+  ctx->step = hello_step::proof_sent;
+  hello_payload proof;
+  const auto mac = proof_for(*ctx, /*as_acceptor=*/false);
+  proof.proof.assign(mac.begin(), mac.end());
+  if (config.exchange_worker_address) proof.worker_address = worker_address;
+  send_hello(ctx->ep, frame_type::hello_proof, h.request_id, std::move(proof));
+}
+
+void node_bridge::impl::on_hello_proof(ep_context* ctx, const frame_header& h,
+                                       hello_payload hello) {
+  if (ctx->step != hello_step::ack_sent)
+    return refuse(ctx, h.request_id, hello.name, "hello_proof before hello");
+  const std::string claimed = ctx->their.name;
+  if (hello.name != claimed)
+    return refuse(ctx, h.request_id, claimed,
+                  "hello_proof names node '" + hello.name + "', its hello '" + claimed + "'");
+  if (!proof_holds(hello, *ctx, /*from_acceptor=*/false))
+    return refuse(ctx, h.request_id, claimed,
+                  "wrong proof for node '" + claimed +
+                      "' (it does not hold this cluster's secret: a non-member, a replayed "
+                      "hello, or the nodes' cluster_secret files differ)");
+  auto* peer = add_peer(ctx->their, ctx->their.node_id);
+  if (peer == nullptr)
+    return refuse(ctx, h.request_id, "", "node '" + claimed + "' is already connected");
+  {
+    std::lock_guard lock(mu_);
+    refusals_.erase(claimed);
   }
-  ep_context* wire = reply_ep ? context_of(reply_ep) : nullptr;
-  if (wire == nullptr && reply_ep != nullptr) {
-    wire = new_ep_context(static_cast<int>(peer->index), 0);
-    wire->ep = reply_ep;
-  }
-  bind_eps(*peer, wire, same_host, hello.worker_address);
-  if (peer->ep == nullptr) return;
-  send_control(peer->ep, frame_type::hello_ack, h.request_id, false, static_cast<int>(peer->index));
+  ctx->step = hello_step::done;
+  const bool same_host = config.exchange_worker_address && !hello.worker_address.empty() &&
+                         ctx->their.host_id == host_id;
+  // Our worker-address endpoint opens before the welcome leaves: the
+  // connector sends by address only after the welcome, and UCX pairs its
+  // endpoint with this one, so its frames arrive attributed to it.
+  bind_eps(*peer, ctx, same_host, hello.worker_address, /*use_address_now=*/false);
+  hello_payload welcome;
+  if (config.exchange_worker_address) welcome.worker_address = worker_address;
+  send_hello(ctx->ep, frame_type::hello_welcome, h.request_id, std::move(welcome));
   set_up(*peer);
+}
+
+void node_bridge::impl::on_hello_welcome(ep_context* ctx, const frame_header& h,
+                                         hello_payload hello) {
+  auto it = connects.find(h.request_id);
+  if (ctx->step != hello_step::proof_sent || it == connects.end() || it->second->ctx != ctx)
+    return refuse(ctx, h.request_id, "", "hello_welcome for no connection attempt");
+  auto op = it->second;
+  connects.erase(it);
+  auto* peer = add_peer(ctx->their, ctx->their.node_id);
+  if (peer == nullptr) {
+    schedule_close(ctx);
+    return fail_connect_now(op, "node '" + ctx->their.name + "' is already connected");
+  }
+  ctx->step = hello_step::done;
+  const bool same_host = config.exchange_worker_address && !hello.worker_address.empty() &&
+                         ctx->their.host_id == host_id;
+  bind_eps(*peer, ctx, same_host, hello.worker_address, /*use_address_now=*/true);
+  {
+    std::lock_guard lock(mu_);
+    op->done = true;
+    op->peer = peer->name;
+  }
+  set_up(*peer);
+}
+
+peer_state* node_bridge::impl::peer_of(ucp_ep_h reply_ep) {
+  if (reply_ep == nullptr) return nullptr;
+  auto it = authed_eps.find(reply_ep);
+  if (it == authed_eps.end()) return nullptr;
+  auto* peer = peers_[it->second].get();
+  if (reply_ep == peer->address_ep && peer->ep != reply_ep && !peer->down) {
+    // The peer's first frame by address: its endpoint is paired with ours,
+    // so ours carries frames to it from now on (the sequence numbers keep
+    // the order across the switch).
+    peer->ep = reply_ep;
+    peer->by_address = true;
+    std::lock_guard lock(mu_);
+    peer->transports.clear();
+  }
+  return peer;
 }
 
 void node_bridge::impl::fail_connect_now(const std::shared_ptr<connect_op>& op,
@@ -201,12 +478,13 @@ peer_state* node_bridge::impl::add_peer(const hello_payload& hello, uint64_t nod
 }
 
 void node_bridge::impl::bind_eps(peer_state& peer, ep_context* wire, bool same_host,
-                                 const std::vector<uint8_t>& address) {
+                                 const std::vector<uint8_t>& address, bool use_address_now) {
   if (wire != nullptr) {
     wire->peer = static_cast<int>(peer.index);
     wire->connect = 0;
     peer.wire_ep = wire->ep;
     peer.ep = wire->ep;
+    authed_eps[wire->ep] = peer.index;
   }
   if (same_host) {
     ucp_ep_params_t p{};
@@ -214,8 +492,16 @@ void node_bridge::impl::bind_eps(peer_state& peer, ep_context* wire, bool same_h
     p.address = reinterpret_cast<const ucp_address_t*>(address.data());
     std::string failure;
     if (auto* ctx = create_ep(p, static_cast<int>(peer.index), 0, failure, false)) {
-      peer.ep = ctx->ep;
-      peer.by_address = true;
+      ctx->step = hello_step::done;
+      authed_eps[ctx->ep] = peer.index;
+      peer.address_ep = ctx->ep;
+      if (use_address_now) {
+        peer.ep = ctx->ep;
+        peer.by_address = true;
+        // The acceptor switches on our first frame by address: send one now
+        // rather than at the next heartbeat.
+        send_control(ctx->ep, frame_type::heartbeat, 0, false, static_cast<int>(peer.index));
+      }
       if (config.log_endpoints) ucp_ep_print_info(ctx->ep, stderr);
     } else {
       log("node '" + peer.name + "': connecting by worker address failed (" + failure +

@@ -84,6 +84,10 @@ struct peer_state {
   bool leaving = false;  // goodbye seen; down once everything before it is delivered
   clock::time_point last_heard;
   bool by_address = false;
+  // Our endpoint to the peer's worker address, opened once it authenticated;
+  // frames go over it once the peer's first frame arrived over it (then the
+  // peer opened its side: docs/multi-node.md, "Membership").
+  ucp_ep_h address_ep = nullptr;
   std::string transports;  // UCX lanes of `ep` (written under mu_ on its first frame)
   // --- guarded by mu_
   bool up = false;
@@ -109,13 +113,29 @@ struct peer_state {
       credit_waits{0}, held_for_credit{0}, window_violations{0};
 };
 
-// Context of one UCX endpoint for its error handler.
+// Where one endpoint's hello exchange stands (node_bridge_connect.cpp).
+enum class hello_step : uint8_t {
+  none,        // accepted, no hello yet (or a worker-address endpoint)
+  hello_sent,  // connector: waits for hello_ack
+  ack_sent,    // acceptor: waits for hello_proof
+  proof_sent,  // connector: waits for hello_welcome
+  done,        // authenticated (peer bound)
+  refused,     // refused: every frame dropped until it closes
+};
+
+// Context of one UCX endpoint: its error handler's argument and its hello
+// exchange.
 struct ep_context {
   node_bridge::impl* owner = nullptr;
   int peer = -1;         // -1: not yet bound (accepted, or connecting)
   uint64_t connect = 0;  // the connect op it belongs to, if any
   ucp_ep_h ep = nullptr;
   bool closed = false;
+  std::string address;  // the other end's "ip:port" (for messages), when known
+  hello_step step = hello_step::none;
+  auth::nonce own_nonce{};
+  auth::nonce their_nonce{};
+  hello_payload their;  // what the other side said its name, id and host are
 };
 
 struct send_op {
@@ -128,6 +148,7 @@ struct send_op {
   bool release_when_sent = true;  // requests release on their reply instead
   bool use_wire_ep = false;       // hello: over the listener connection
   ucp_ep_h ep_override = nullptr;
+  bool close_after = false;  // hello_refused: close ep_override once sent
 };
 
 struct connect_op {
@@ -167,9 +188,19 @@ struct node_bridge::impl {
   bool stopping_ = false;
   bool stopped_ = false;
   std::atomic<uint64_t> rejected_unknown{0}, peers_down{0};
+  std::atomic<uint64_t> unauthenticated{0}, refused_handshakes{0};
+  // The last refusal of each claimed node name (hello exchanges), for
+  // wait_for_peer's error: a node with another secret is named, not just late.
+  std::unordered_map<std::string, std::string> refusals_;
 
   // progress thread only
   std::unordered_map<uint64_t, uint32_t> by_node_id;
+  // Endpoints whose frames are attributed to a peer: its listener
+  // connection once the hello exchange proved it a member, and our
+  // worker-address endpoint to it (UCX pairs it with the peer's endpoint to
+  // us, so frames the peer sends by address arrive with it as reply_ep).
+  // A frame over any other endpoint is dropped (docs/multi-node.md).
+  std::unordered_map<ucp_ep_h, uint32_t> authed_eps;
   std::unordered_map<uint64_t, std::shared_ptr<connect_op>> connects;
   std::vector<std::unique_ptr<ep_context>> ep_contexts;
   std::vector<ep_context*> to_close;
@@ -222,13 +253,12 @@ struct node_bridge::impl {
 
   void start_connect(const std::shared_ptr<connect_op>& op);
 
-  void fail_connect(uint64_t id, const std::string& reason);
+  // `code`: invalid_argument for a refused hello (retrying cannot help).
+  void fail_connect(uint64_t id, const std::string& reason, errc code = errc::unavailable);
 
   // --- sending --------------------------------------------------------------------
 
-  std::vector<std::byte> hello_bytes() const;
-
-  // Control frames (hello, heartbeat, goodbye) from the progress thread.
+  // Control frames (heartbeat, goodbye) from the progress thread.
   void send_control(ucp_ep_h ep, frame_type type, uint64_t request_id, bool reply_flag,
                     int peer = -1);
 
@@ -294,12 +324,35 @@ struct node_bridge::impl {
 
   void handle_hello(const frame_header& h, std::span<const std::byte> payload, ucp_ep_h reply_ep);
 
+  // The hello exchange's steps (node_bridge_connect.cpp).
+  void send_hello(ucp_ep_h ep, frame_type type, uint64_t request_id, hello_payload payload,
+                  bool close_after = false);
+  bool proof_holds(const hello_payload& hello, const ep_context& ctx, bool from_acceptor) const;
+  auth::mac proof_for(const ep_context& ctx, bool as_acceptor) const;
+  std::string admitted_problem(const std::string& name) const;
+  // Refuses the other end of `ctx`: logs why with its address, counts it,
+  // tells it (hello_refused) and closes the endpoint once that is sent.
+  void refuse(ep_context* ctx, uint64_t request_id, const std::string& claimed,
+              const std::string& reason);
+  // Closes `ctx`, and its peer with it when it is bound to one.
+  void close_connection(ep_context* ctx, const std::string& reason);
+  void on_hello(ep_context* ctx, const frame_header& h, hello_payload hello);
+  void on_hello_ack(ep_context* ctx, const frame_header& h, hello_payload hello);
+  void on_hello_proof(ep_context* ctx, const frame_header& h, hello_payload hello);
+  void on_hello_welcome(ep_context* ctx, const frame_header& h, hello_payload hello);
+  // The peer a frame's endpoint is attributed to, or null (dropped).
+  peer_state* peer_of(ucp_ep_h reply_ep);
+
   void fail_connect_now(const std::shared_ptr<connect_op>& op, const std::string& reason);
 
   peer_state* add_peer(const hello_payload& hello, uint64_t node_id_of_peer);
 
+  // Binds the authenticated listener connection `wire` to `peer` and, on
+  // the same host, opens our endpoint to the peer's worker address;
+  // `use_address_now`: send over it at once (the connector: the acceptor
+  // opened its side before it welcomed us).
   void bind_eps(peer_state& peer, ep_context* wire, bool same_host,
-                const std::vector<uint8_t>& address);
+                const std::vector<uint8_t>& address, bool use_address_now);
 
   // The UCX transports of an endpoint's lanes ("posix/memory,tcp/lo"), from
   // ucp_ep_print_info (UCX 1.13 has no query for them).

@@ -53,25 +53,39 @@ void node_bridge::impl::received(const void* header, size_t header_length, void*
                                  size_t length, const ucp_am_recv_param_t* param) {
   const std::span<const std::byte> hbytes(static_cast<const std::byte*>(header), header_length);
   auto h = check_arrival(hbytes, length, config.max_payload_bytes);
-  peer_state* peer = nullptr;
-  if (header_length >= frame_header_bytes) {
-    uint64_t sender = 0;
-    std::memcpy(&sender, hbytes.data() + 8, sizeof sender);
-    if (auto it = by_node_id.find(sender); it != by_node_id.end()) peer = peers_[it->second].get();
-  }
+  // Membership: a frame is from the peer its endpoint authenticated as
+  // (every frame is sent with UCX's reply flag, so reply_ep is the
+  // endpoint it came over), never from the header's sender field, which
+  // anyone can copy (docs/multi-node.md, "Membership").
+  const ucp_ep_h reply_ep =
+      (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ? param->reply_ep : nullptr;
   const bool rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
+  const bool handshake = h && (h->type == frame_type::hello || h->type == frame_type::hello_ack ||
+                               h->type == frame_type::hello_proof ||
+                               h->type == frame_type::hello_welcome ||
+                               h->type == frame_type::hello_refused);
+  peer_state* peer = handshake ? nullptr : peer_of(reply_ep);
+  if (!handshake && peer == nullptr) {
+    // Dropped unread (a rendezvous payload is never fetched); logged at
+    // powers of two so that a flood cannot flood the log.
+    const uint64_t n = ++unauthenticated;
+    if ((n & (n - 1)) == 0)
+      log("dropped a frame from an endpoint that has not authenticated as a member (" +
+          std::to_string(n) + " so far)");
+    return;
+  }
   if (!h) return reject(peer, h.err().message());
-  if (h->type == frame_type::hello || h->type == frame_type::hello_ack) {
-    if (rndv) return reject(peer, "hello by rendezvous");
+  if (handshake) {
+    if (rndv) return reject(nullptr, "hello by rendezvous");
     std::vector<std::byte> payload(static_cast<std::byte*>(data),
                                    static_cast<std::byte*>(data) + length);
-    if (auto s = check_payload(*h, payload); !s) return reject(peer, s.err().message());
-    ucp_ep_h reply_ep =
-        (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ? param->reply_ep : nullptr;
+    if (auto s = check_payload(*h, payload); !s) return reject(nullptr, s.err().message());
     return handle_hello(*h, payload, reply_ep);
   }
-  if (peer == nullptr) return reject(nullptr, "sender " + std::to_string(h->sender) + " unknown");
   if (peer->down) return;  // late frames of a closed connection
+  if (h->sender != peer->node_id)
+    return reject(peer, "sender id " + std::to_string(h->sender) + " is not node '" + peer->name +
+                            "''s id (the endpoint it came over is)");
   // Flow control: checked before a rendezvous buffer is allocated.
   if (is_sequenced(h->type) && !admit(*peer, *h, length)) return;
   if (rndv) {

@@ -10,12 +10,6 @@
 
 namespace strata::transport {
 
-std::vector<std::byte> node_bridge::impl::hello_bytes() const {
-  hello_payload h{config.node_name, node_id, host_id,
-                  config.exchange_worker_address ? worker_address : std::vector<uint8_t>{}};
-  return encode_payload(h);
-}
-
 void node_bridge::impl::send_control(ucp_ep_h ep, frame_type type, uint64_t request_id,
                                      bool reply_flag, int peer) {
   auto op = std::make_unique<send_op>();
@@ -25,7 +19,6 @@ void node_bridge::impl::send_control(ucp_ep_h ep, frame_type type, uint64_t requ
   h.type = type;
   h.sender = node_id;
   h.request_id = request_id;
-  if (type == frame_type::hello || type == frame_type::hello_ack) op->payload = hello_bytes();
   seal(h, op->payload);
   encode_header(h, op->header);
   op->bytes = frame_header_bytes + op->payload.size();
@@ -51,6 +44,7 @@ void node_bridge::impl::sent(std::unique_ptr<send_op> op, ucs_status_t status) {
   if (status != UCS_OK && status != UCS_ERR_CANCELED && op->ep_override == nullptr) {
     mark_down(*peers_[op->peer], std::string("send failed: ") + ucs_status_string(status));
   }
+  if (op->close_after) close_connection(context_of(op->ep_override), "hello refused");
 }
 
 void node_bridge::impl::release(peer_state& p, uint64_t bytes) {
@@ -74,7 +68,10 @@ void node_bridge::impl::post(std::unique_ptr<send_op> op, bool reply_flag, peer_
   ucp_request_param_t p{};
   p.op_attr_mask =
       UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
-  p.flags = reply_flag ? UCP_AM_SEND_FLAG_REPLY : 0;
+  // Every frame carries the reply flag: the receiver attributes it by the
+  // endpoint it came over (membership, docs/multi-node.md).
+  (void)reply_flag;
+  p.flags = UCP_AM_SEND_FLAG_REPLY;
   p.cb.send = &impl::on_sent;
   p.user_data = op.get();
   ++sends_in_flight;

@@ -21,6 +21,9 @@ status check_payload_value(const frame_header& header, std::span<const std::byte
   switch (header.type) {
     case frame_type::hello:
     case frame_type::hello_ack:
+    case frame_type::hello_proof:
+    case frame_type::hello_welcome:
+    case frame_type::hello_refused:
       return try_decode<hello_payload>(payload);
     case frame_type::heartbeat:
     case frame_type::goodbye:

@@ -15,16 +15,26 @@
 
 namespace strata::transport {
 
-// What a hello (and hello_ack) carries.
+// What every frame of the hello exchange carries (the fields a step does
+// not use are empty; node_bridge_connect.cpp, docs/multi-node.md):
+//   hello          name, node_id, host_id, nonce
+//   hello_ack      name, node_id, host_id, nonce, proof
+//   hello_proof    name, proof, worker_address
+//   hello_welcome  name, worker_address
+//   hello_refused  name, refusal
+// A worker address goes only to a peer that proved the cluster secret.
 struct hello_payload {
   std::string name;
   uint64_t node_id = 0;
   std::string host_id;
   std::vector<uint8_t> worker_address;
+  std::vector<uint8_t> nonce;  // the sender's fresh challenge (auth::nonce_size bytes)
+  std::vector<uint8_t> proof;  // auth::prove over the receiver's nonce (auth::mac_size bytes)
+  std::string refusal;         // hello_refused: why
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, hello_payload& x) {
-  return f(x.name, x.node_id, x.host_id, x.worker_address);
+  return f(x.name, x.node_id, x.host_id, x.worker_address, x.nonce, x.proof, x.refusal);
 }
 
 // A reply's value depends on its request, which a lone frame does not say:

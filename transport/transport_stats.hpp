@@ -41,6 +41,12 @@ struct transport_stats {
   std::string node;
   uint64_t rejected_frames = 0;  // all peers, including frames from unknown senders
   uint64_t peers_down = 0;       // transitions up -> down since start
+  // Membership (docs/multi-node.md): frames dropped because the endpoint
+  // they came over had not authenticated (a non-member, or a frame before
+  // the hello exchange finished), and hello exchanges refused (no or wrong
+  // proof, a name not in the manifest, a replayed hello).
+  uint64_t unauthenticated_frames = 0;
+  uint64_t refused_handshakes = 0;
   std::vector<peer_stats> peers;
 };
 

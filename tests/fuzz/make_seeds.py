@@ -133,7 +133,7 @@ reader = {
 MAGIC = 0x46525453
 
 
-def header(ftype, seq, payload_len, crc=0, magic=MAGIC, version=2, sender=7, request=1,
+def header(ftype, seq, payload_len, crc=0, magic=MAGIC, version=3, sender=7, request=1,
            target=0, reserved=0):
     return struct.pack("<IHHQQQIIII", magic, version, ftype, sender, seq, request, target,
                        payload_len, crc, reserved)
@@ -164,7 +164,7 @@ frame = {
     "empty": b"",
     "truncated-header": node_frame(SHARD_PULL, 1, vec_u64([1]))[:20],
     "bad-magic": node_frame(SHARD_PULL, 1, vec_u64([1]), magic=0x12345678),
-    "other-version": node_frame(SHARD_PULL, 1, vec_u64([1]), version=1),
+    "other-version": node_frame(SHARD_PULL, 1, vec_u64([1]), version=2),
     "unknown-type": node_frame(999, 1, vec_u64([1])),
     "reserved-set": node_frame(SHARD_PULL, 1, vec_u64([1]), reserved=1),
     "oversized-length": header(SHARD_PULL, 1, 0xFFFFFFFF) + b"\0" * 16,

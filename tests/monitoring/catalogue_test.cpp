@@ -99,6 +99,8 @@ TEST(Catalogue, TransportCountersPerPeer) {
   t.node = "n1";
   t.rejected_frames = 2;
   t.peers_down = 1;
+  t.unauthenticated_frames = 5;
+  t.refused_handshakes = 3;
   transport::peer_stats up;
   up.name = "n2";
   up.up = true;
@@ -120,6 +122,13 @@ TEST(Catalogue, TransportCountersPerPeer) {
   for (const auto& l : peer_up->metric[1].label) peer_label |= l.name == "peer" && l.value == "n3";
   EXPECT_TRUE(peer_label);
   EXPECT_EQ(find(families, "strata_transport_rejected_frames_total")->metric[0].counter.value, 2);
+  // Membership (issue 16): a non-member's dropped frames and refused hellos.
+  ASSERT_NE(find(families, "strata_transport_unauthenticated_frames_total"), nullptr);
+  EXPECT_EQ(
+      find(families, "strata_transport_unauthenticated_frames_total")->metric[0].counter.value, 5);
+  ASSERT_NE(find(families, "strata_transport_refused_handshakes_total"), nullptr);
+  EXPECT_EQ(find(families, "strata_transport_refused_handshakes_total")->metric[0].counter.value,
+            3);
   EXPECT_EQ(find(to_families(sample()), "strata_transport_peer_up"), nullptr);  // no transport
 }
 

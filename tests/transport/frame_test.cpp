@@ -45,10 +45,10 @@ TEST(Frame, HeaderRoundTripsEveryField) {
 
 TEST(Frame, HeaderLayoutIsFixedLittleEndian) {
   auto frame = make_frame(request_header(), {});
-  // magic "STRF", version 2, type 16 (docs/wire-format.md).
+  // magic "STRF", version 3, type 16 (docs/wire-format.md).
   EXPECT_EQ(static_cast<char>(frame[0]), 'S');
   EXPECT_EQ(static_cast<char>(frame[3]), 'F');
-  EXPECT_EQ(static_cast<uint8_t>(frame[4]), 2);
+  EXPECT_EQ(static_cast<uint8_t>(frame[4]), 3);
   EXPECT_EQ(static_cast<uint8_t>(frame[6]), 16);
   EXPECT_EQ(static_cast<uint8_t>(frame[16]), 9);  // seq
 }
