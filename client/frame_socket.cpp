@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <boost/asio.hpp>
 #include <cstring>
+#include <optional>
 
 #include "common/crc32c.hpp"
 
@@ -17,23 +18,30 @@ namespace asio = boost::asio;
 using asio::ip::tcp;
 
 struct frame_socket::impl {
-  asio::io_context io;
-  tcp::socket socket{io};
+  // Own context and socket, or none when borrowing someone else's socket
+  // (a socket of its own would register a reactor: 3 more descriptors).
+  std::optional<asio::io_context> io;
+  std::optional<tcp::socket> own;
+  tcp::socket* s = nullptr;
   std::string peer;
-  bool borrowed = false;           // the descriptor belongs to someone else
+  bool borrowed = false;           // the socket belongs to someone else
   byte_budget* budget = nullptr;   // charged for the payload buffer
   uint64_t charged = 0;            // bytes of the payload buffer charged to `budget`
 };
 
-frame_socket::frame_socket() : impl_(std::make_unique<impl>()) {}
+frame_socket::frame_socket() : impl_(std::make_unique<impl>()) {
+  impl_->io.emplace();
+  impl_->own.emplace(*impl_->io);
+  impl_->s = &*impl_->own;
+}
 frame_socket::~frame_socket() {
   if (!impl_) return;
   if (impl_->budget) impl_->budget->give(impl_->charged);
   boost::system::error_code ec;
-  if (impl_->borrowed && impl_->socket.is_open())
-    (void)impl_->socket.release(ec);
-  else
-    impl_->socket.close(ec);
+  if (!impl_->borrowed)
+    impl_->s->close(ec);
+  else if (impl_->own && impl_->own->is_open())
+    (void)impl_->own->release(ec);  // a borrowed descriptor: its owner closes it
 }
 frame_socket::frame_socket(frame_socket&&) noexcept = default;
 frame_socket& frame_socket::operator=(frame_socket&&) noexcept = default;
@@ -68,12 +76,12 @@ expected<frame_socket> frame_socket::connect(const endpoint& peer,
   frame_socket s;
   s.impl_->peer = peer.to_string();
   boost::system::error_code ec;
-  tcp::resolver resolver(s.impl_->io);
+  tcp::resolver resolver(*s.impl_->io);
   auto results = resolver.resolve(peer.host, std::to_string(peer.port), ec);
-  if (!ec) asio::connect(s.impl_->socket, results, ec);
+  if (!ec) asio::connect(*s.impl_->s, results, ec);
   if (ec) return error(errc::unavailable, s.impl_->peer + ": " + ec.message());
-  s.impl_->socket.set_option(tcp::no_delay(true), ec);
-  if (timeout.count() > 0) set_timeout(s.impl_->socket.native_handle(), timeout);
+  s.impl_->s->set_option(tcp::no_delay(true), ec);
+  if (timeout.count() > 0) set_timeout(s.impl_->s->native_handle(), timeout);
   return s;
 }
 
@@ -81,8 +89,18 @@ frame_socket frame_socket::adopt(int fd, std::string peer_name) {
   frame_socket s;
   s.impl_->peer = std::move(peer_name);
   boost::system::error_code ec;
-  s.impl_->socket.assign(tcp::v4(), fd, ec);
-  s.impl_->socket.set_option(tcp::no_delay(true), ec);
+  s.impl_->s->assign(tcp::v4(), fd, ec);
+  s.impl_->s->set_option(tcp::no_delay(true), ec);
+  return s;
+}
+
+frame_socket frame_socket::borrow(boost::asio::ip::tcp::socket& socket, std::string peer_name) {
+  frame_socket s(nullptr);
+  s.impl_->s = &socket;
+  s.impl_->borrowed = true;
+  s.impl_->peer = std::move(peer_name);
+  boost::system::error_code ec;
+  socket.set_option(tcp::no_delay(true), ec);
   return s;
 }
 
@@ -91,6 +109,8 @@ frame_socket frame_socket::borrow(int fd, std::string peer_name) {
   s.impl_->borrowed = true;
   return s;
 }
+
+frame_socket::frame_socket(std::nullptr_t) : impl_(std::make_unique<impl>()) {}
 
 void frame_socket::set_budget(byte_budget* budget) {
   if (impl_->budget) impl_->budget->give(impl_->charged);
@@ -105,12 +125,12 @@ void frame_socket::trim(frame& f, size_t keep) {
   impl_->charged = 0;
 }
 
-bool frame_socket::is_open() const { return impl_ && impl_->socket.is_open(); }
+bool frame_socket::is_open() const { return impl_ && impl_->s->is_open(); }
 const std::string& frame_socket::peer() const { return impl_->peer; }
 
 status frame_socket::send_raw(std::span<const std::byte> frames) {
   boost::system::error_code ec;
-  asio::write(impl_->socket, asio::buffer(frames.data(), frames.size()), ec);
+  asio::write(*impl_->s, asio::buffer(frames.data(), frames.size()), ec);
   if (ec) return error(errc::unavailable, impl_->peer + ": send failed: " + ec.message());
   return {};
 }
@@ -135,7 +155,7 @@ status frame_socket::send_parts(frame_type type, uint64_t request,
   std::memcpy(header.data() + 8, &length, 4);
   std::memcpy(header.data() + 12, &crc, 4);
   boost::system::error_code ec;
-  asio::write(impl_->socket, buffers, ec);
+  asio::write(*impl_->s, buffers, ec);
   if (ec) return error(errc::unavailable, impl_->peer + ": send failed: " + ec.message());
   return {};
 }
@@ -150,7 +170,7 @@ expected<frame> frame_socket::receive(uint32_t max_payload) {
 status frame_socket::receive_into(frame& out, uint32_t max_payload) {
   std::array<std::byte, header_bytes> head;
   boost::system::error_code ec;
-  asio::read(impl_->socket, asio::buffer(head.data(), head.size()), ec);
+  asio::read(*impl_->s, asio::buffer(head.data(), head.size()), ec);
   if (ec) return error(errc::unavailable, impl_->peer + ": receive failed: " + ec.message());
   auto header = parse_header(std::span<const std::byte, header_bytes>(head), max_payload);
   if (!header) return error(header.err().code(), impl_->peer + ": " + header.err().message());
@@ -186,7 +206,7 @@ status frame_socket::read_payload(uint32_t length, std::vector<std::byte>& paylo
     }
     payload.resize(have + step);
     boost::system::error_code ec;
-    asio::read(impl_->socket, asio::buffer(payload.data() + have, step), ec);
+    asio::read(*impl_->s, asio::buffer(payload.data() + have, step), ec);
     if (ec) return error(errc::unavailable, impl_->peer + ": receive failed: " + ec.message());
     have += step;
   }
@@ -196,7 +216,7 @@ status frame_socket::read_payload(uint32_t length, std::vector<std::byte>& paylo
 status frame_socket::receive_rows_into(frame& out, rows_reply& rows, uint32_t max_payload) {
   std::array<std::byte, header_bytes> head;
   boost::system::error_code ec;
-  asio::read(impl_->socket, asio::buffer(head.data(), head.size()), ec);
+  asio::read(*impl_->s, asio::buffer(head.data(), head.size()), ec);
   if (ec) return error(errc::unavailable, impl_->peer + ": receive failed: " + ec.message());
   auto header = parse_header(std::span<const std::byte, header_bytes>(head), max_payload);
   if (!header) return error(header.err().code(), impl_->peer + ": " + header.err().message());
@@ -214,7 +234,7 @@ status frame_socket::receive_rows_into(frame& out, rows_reply& rows, uint32_t ma
   out.payload.clear();
   if (header->length < 8) return fail("truncated at byte 0 (field 'dim')");
   uint32_t counts[2];
-  asio::read(impl_->socket, asio::buffer(counts, sizeof counts), ec);
+  asio::read(*impl_->s, asio::buffer(counts, sizeof counts), ec);
   if (ec) return error(errc::unavailable, impl_->peer + ": receive failed: " + ec.message());
   const uint64_t n = counts[1], dim = counts[0];
   // n is bounded by the frame first, so n * dim * 4 cannot wrap around to
@@ -231,7 +251,7 @@ status frame_socket::receive_rows_into(frame& out, rows_reply& rows, uint32_t ma
   rows.weights.resize(n * dim);
   const std::array<asio::mutable_buffer, 2> parts = {
       asio::buffer(rows.versions.data(), n * 8), asio::buffer(rows.weights.data(), n * dim * 4)};
-  asio::read(impl_->socket, parts, ec);
+  asio::read(*impl_->s, parts, ec);
   if (ec) return error(errc::unavailable, impl_->peer + ": receive failed: " + ec.message());
   uint32_t crc = crc32c(counts, sizeof counts);
   crc = crc32c_extend(crc, rows.versions.data(), n * 8);
@@ -244,7 +264,7 @@ void frame_socket::close() {
   // Only shutdown here: it is safe while another thread is blocked in a
   // read on this socket (which then fails); the descriptor is closed by
   // the destructor.
-  if (impl_->socket.is_open()) ::shutdown(impl_->socket.native_handle(), SHUT_RDWR);
+  if (impl_->s->is_open()) ::shutdown(impl_->s->native_handle(), SHUT_RDWR);
 }
 
 }  // namespace strata::wire

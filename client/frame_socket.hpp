@@ -8,7 +8,9 @@
 #pragma once
 
 #include <atomic>
+#include <boost/asio/ip/tcp.hpp>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
@@ -92,8 +94,11 @@ class frame_socket {
                            uint32_t max_payload = max_payload_bytes);
   // Shuts the connection down; a blocked receive returns an error.
   void close();
-  // Takes over `fd` like adopt(), but never closes it: its owner (a
-  // connection_registry) does, after the frame_socket is gone.
+  // Uses `socket` (which must outlive it) without owning it: its owner (a
+  // connection_registry) closes it, after the frame_socket is gone.
+  static frame_socket borrow(boost::asio::ip::tcp::socket& socket, std::string peer_name);
+  // The same for a descriptor (a socket of its own is opened on it: it
+  // costs the descriptors of another reactor; prefer the one above).
   static frame_socket borrow(int fd, std::string peer_name);
   // Charges the payload buffer received into (one frame per socket) to
   // `budget` as it grows; a frame that would go over the cap fails with
@@ -104,6 +109,7 @@ class frame_socket {
   void trim(frame& f, size_t keep = 256 * 1024);
 
  private:
+  explicit frame_socket(std::nullptr_t);  // no socket of its own (borrow)
   // Reads `length` payload bytes into `payload`, growing it as they arrive.
   status read_payload(uint32_t length, std::vector<std::byte>& payload);
 

@@ -75,7 +75,7 @@ void connection_registry::accept_loop() {
       if (out_of_resources(ec)) {
         ++backoffs_;
         wake_.wait_for(lock, backoff, [&] { return stopping_; });
-        backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
+        backoff = std::min(backoff * 2, std::chrono::milliseconds(250));
       }
       continue;
     }

@@ -3,7 +3,7 @@
 // update publisher), so that no client can exhaust a server:
 //
 // - accept backs off when the process is out of descriptors or buffers
-//   (EMFILE, ENFILE, ENOBUFS, ENOMEM: 10 ms doubling to 1 s, reset by the
+//   (EMFILE, ENFILE, ENOBUFS, ENOMEM: 10 ms doubling to 250 ms, reset by the
 //   next success) instead of spinning on the error; the pending connection
 //   waits in the listen backlog and is accepted once descriptors free up;
 // - at most `max_connections` are open: one more is closed at once (after

@@ -1,6 +1,8 @@
 #include "serving/http_api.hpp"
 
 #include <boost/beast/http/error.hpp>
+#include <charconv>
+#include <cmath>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -80,14 +82,63 @@ json health(serving_service& service) {
   return {{"status", "ok"}, {"tables", tables}};
 }
 
+// A JSON reply's bytes per row at most: a version (20 digits), each weight
+// (shortest round-trip float, at most 15 characters) and separators.
+uint64_t json_row_bytes(uint32_t dim) { return 26 + uint64_t(dim) * 16; }
+
+// The lookup answer written straight as text: the same JSON the json type
+// would give, without a DOM of n x dim values (16 bytes each and more).
+std::string lookup_body(const std::string& table, const lookup_result& rows, size_t n) {
+  std::string out;
+  out.reserve(64 + table.size() + n * json_row_bytes(rows.dim));
+  out += "{\"dim\":" + std::to_string(rows.dim) + ",\"rows\":[";
+  char num[64];
+  for (size_t i = 0; i < n; ++i) {
+    out += i ? ",[" : "[";
+    for (uint32_t d = 0; d < rows.dim; ++d) {
+      if (d) out += ',';
+      const float w = rows.weights[i * rows.dim + d];
+      if (!std::isfinite(w)) {
+        out += "null";  // as nlohmann's dump writes NaN and infinities
+        continue;
+      }
+      auto r = std::to_chars(num, num + sizeof num, w);
+      out.append(num, r.ptr);
+    }
+    out += ']';
+  }
+  out += "],\"table\":" + json(table).dump(-1, ' ', false, json::error_handler_t::replace) +
+         ",\"versions\":[";
+  for (size_t i = 0; i < n; ++i) {
+    if (i) out += ',';
+    out += std::to_string(rows.versions[i]);
+  }
+  out += "]}";
+  return out;
+}
+
+struct routed {
+  routed(http::status s, json b) : status(s), body(std::move(b)) {}
+  routed(http::status s, std::string t) : status(s), text(std::move(t)) {}
+  http::status status;
+  json body;
+  std::optional<std::string> text;  // a body already written (lookups)
+};
+
 // Returns the response body and status for one request.
-std::pair<http::status, json> route(serving_service& service, const http_request& req) {
+routed route(serving_service& service, const http_request& req, http_memory* memory) {
   const auto target = std::string(req.target());
   if (target == "/health") {
     if (req.method() != http::verb::get)
       return {http::status::method_not_allowed, {{"error", "/health takes GET"}}};
     return {http::status::ok, health(service)};
   }
+  // Parsing the body costs memory in proportion to it: charged first.
+  if (memory && !memory->take(req.body().size() * http_json_bytes_per_body_byte))
+    return {http::status::service_unavailable,
+            {{"error", "the server's buffers are full (" +
+                           std::to_string(memory->budget->used()) + " of " +
+                           std::to_string(memory->budget->cap()) + " bytes); retry later"}}};
   if (target != "/lookup")
     return {http::status::not_found,
             {{"error", "no such path '" + target + "' (try /lookup, /health)"}}};
@@ -121,17 +172,30 @@ std::pair<http::status, json> route(serving_service& service, const http_request
                              "] is not an unsigned 64-bit integer (number or decimal string)"}}};
     keys.push_back(*k);
   }
-  lookup_result rows;
   const std::string table_name = table->get<std::string>();
+  body = json();  // the parsed request is not needed any more
+  // The reply is bounded before it is built: its JSON and the rows.
+  auto dim = service.dim_of(table_name);
+  if (!dim) return {status_of(dim.err().code()), {{"error", dim.err().message()}}};
+  const uint64_t json_bytes = keys.size() * json_row_bytes(*dim) + 64;
+  auto binary = service.reply_bytes(table_name, keys.size());
+  if (!binary) return {status_of(binary.err().code()), {{"error", binary.err().message()}}};
+  if (json_bytes > service.limits().max_reply_bytes)
+    return {http::status::payload_too_large,
+            {{"error", "lookup of " + std::to_string(keys.size()) + " keys of table '" +
+                           table_name + "' (dim " + std::to_string(*dim) + ") needs up to " +
+                           std::to_string(json_bytes) + " bytes of JSON, over max_reply_bytes " +
+                           std::to_string(service.limits().max_reply_bytes) +
+                           "; split the request (repeated keys count each time)"}}};
+  if (memory && !memory->take(json_bytes + *binary))
+    return {http::status::service_unavailable,
+            {{"error", "the server's buffers are full (" +
+                           std::to_string(memory->budget->used()) + " of " +
+                           std::to_string(memory->budget->cap()) + " bytes); retry later"}}};
+  lookup_result rows;
   auto ok = service.lookup(table_name, keys, rows);
   if (!ok) return {status_of(ok.err().code()), {{"error", ok.err().message()}}};
-  json out_rows = json::array();
-  for (size_t i = 0; i < keys.size(); ++i)
-    out_rows.push_back(std::vector<float>(rows.weights.begin() + i * rows.dim,
-                                          rows.weights.begin() + (i + 1) * rows.dim));
-  return {
-      http::status::ok,
-      {{"table", table_name}, {"dim", rows.dim}, {"versions", rows.versions}, {"rows", out_rows}}};
+  return routed(http::status::ok, lookup_body(table_name, rows, keys.size()));
 }
 
 }  // namespace
@@ -141,9 +205,16 @@ void limit_request_parser(http_request_parser& parser, size_t max_body_bytes) {
   parser.header_limit(http_max_header_bytes);
 }
 
-http_response handle_http_request(serving_service& service, const http_request& req) {
-  auto [status, body] = route(service, req);
-  return make_response(status, body, req.version(), req.keep_alive());
+http_response handle_http_request(serving_service& service, const http_request& req,
+                                  http_memory* memory) {
+  auto r = route(service, req, memory);
+  if (!r.text) return make_response(r.status, r.body, req.version(), req.keep_alive());
+  http_response res{r.status, req.version()};
+  res.set(http::field::content_type, "application/json");
+  res.keep_alive(req.keep_alive());
+  res.body() = std::move(*r.text);
+  res.prepare_payload();
+  return res;
 }
 
 http_response http_parse_error_response(boost::beast::error_code ec, size_t max_body_bytes) {

@@ -3,12 +3,10 @@
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
-#include <list>
-#include <mutex>
-#include <thread>
+#include <sys/socket.h>
 
+#include "serving/connection_limits.hpp"
 #include "serving/http_api.hpp"
-#include "serving/listener.hpp"
 
 namespace strata::serving {
 
@@ -20,112 +18,97 @@ using asio::ip::tcp;
 struct http_server::impl {
   serving_service& service;
   size_t max_body_bytes;
-  asio::io_context io;
-  tcp::acceptor acceptor{io};
-  uint16_t port = 0;
-  std::thread accept_thread;
-  std::mutex mutex;
-  struct connection {
-    int fd = -1;  // -1 once the connection ended
-    std::thread thread;
-    bool done = false;
-  };
+  connection_registry connections;
 
-  // Joins and forgets ended connections (REQUIRES: mutex held).
-  void reap_finished() {
-    for (auto it = connections.begin(); it != connections.end();) {
-      if (!it->done) {
-        ++it;
-        continue;
-      }
-      it->thread.join();
-      it = connections.erase(it);
-    }
-  }
-  std::list<connection> connections;
-  bool stopping = false;
+  impl(serving_service& s, size_t limit, connection_settings settings)
+      : service(s), max_body_bytes(limit), connections("serving http port", settings) {}
 
-  impl(serving_service& s, size_t limit) : service(s), max_body_bytes(limit) {}
-
-  void serve(tcp::socket& socket) {
-    beast::flat_buffer buffer;
+  void serve(tcp::socket& socket, connection_registry::handle& deadline) {
+    beast::flat_buffer buffer(http_max_header_bytes + 4096);
     for (;;) {
       http_request_parser parser;
       limit_request_parser(parser, max_body_bytes);
       beast::error_code ec;
-      http::read(socket, buffer, parser, ec);
+      // The next request's first byte must come within idle_timeout, all
+      // of it and the answer within request_timeout (the registry's
+      // watchdog closes the socket otherwise: a slowloris client that
+      // drips its header cannot hold it).
+      deadline.wait_for_request();
+      if (buffer.size() == 0) socket.wait(tcp::socket::wait_read, ec);
+      deadline.in_request();
+      if (!ec) http::read_header(socket, buffer, parser, ec);
       if (ec == http::error::end_of_stream || ec == asio::error::eof ||
-          ec == asio::error::connection_reset)
+          ec == asio::error::connection_reset || ec == asio::error::shut_down ||
+          ec == asio::error::not_connected)
         break;
+      http_memory memory{&connections.buffers()};
+      if (!ec) {
+        // The body is charged before it is read (its declared length, or
+        // the limit when chunked; one over the limit fails below, 413).
+        const uint64_t body =
+            std::min<uint64_t>(parser.content_length().value_or(max_body_bytes), max_body_bytes);
+        if (!memory.take(body)) {
+          http::response<http::string_body> res{http::status::service_unavailable, 11};
+          res.set(http::field::content_type, "application/json");
+          res.keep_alive(false);
+          res.body() = "{\"error\":\"the server's buffers are full; retry later\"}";
+          res.prepare_payload();
+          http::write(socket, res, ec);
+          break;
+        }
+        http::read(socket, buffer, parser, ec);
+      }
       if (ec) {
+        memory.give_back();
+        if (ec == asio::error::eof || ec == asio::error::connection_reset ||
+            ec == asio::error::shut_down || ec == asio::error::operation_aborted)
+          break;
         auto res = http_parse_error_response(ec, max_body_bytes);
         http::write(socket, res, ec);
         break;
       }
-      auto res = handle_http_request(service, parser.get());
+      auto res = handle_http_request(service, parser.get(), &memory);
+      parser.release();  // the request body is not needed any more
       http::write(socket, res, ec);
+      const bool keep = res.keep_alive();
+      res = {};
+      memory.give_back();
       service.finish_request();
-      if (ec || !res.keep_alive()) break;
+      if (ec || !keep) break;
     }
     beast::error_code ec;
     socket.shutdown(tcp::socket::shutdown_both, ec);
   }
-
-  void accept_loop() {
-    for (;;) {
-      boost::system::error_code ec;
-      tcp::socket peer(io);
-      acceptor.accept(peer, ec);
-      std::lock_guard lock(mutex);
-      if (stopping) return;
-      if (ec) continue;
-      reap_finished();
-      connections.push_back({peer.native_handle(), {}, false});
-      auto* entry = &connections.back();  // std::list: stable
-      entry->thread =
-          std::thread([this, entry, s = std::make_shared<tcp::socket>(std::move(peer))]() mutable {
-            serve(*s);
-            // Forget the descriptor before closing it: stop() must never
-            // shut down whatever reuses it.
-            std::lock_guard lock(mutex);
-            entry->fd = -1;
-            entry->done = true;
-            boost::system::error_code ec;
-            s->close(ec);
-          });
-    }
-  }
 };
 
-http_server::http_server(serving_service& service, size_t max_body_bytes)
-    : impl_(std::make_unique<impl>(service, max_body_bytes)) {}
+// A connection over the cap hears why before it is closed (non-blocking:
+// the accept loop never waits on a client).
+static void refuse_busy(int fd) {
+  static const char answer[] =
+      "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+      "Connection: close\r\nContent-Length: 48\r\n\r\n"
+      "{\"error\":\"too many connections; retry later\"}\n";
+  (void)::send(fd, answer, sizeof answer - 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+
+http_server::http_server(serving_service& service, size_t max_body_bytes,
+                         connection_settings settings)
+    : impl_(std::make_unique<impl>(service, max_body_bytes, settings)) {}
 http_server::~http_server() { stop(); }
 
 status http_server::start(const std::string& bind_address, uint16_t port) {
-  STRATA_TRY(open_listener(impl_->acceptor, bind_address, port, "serving http port"));
-  impl_->port = impl_->acceptor.local_endpoint().port();
-  impl_->accept_thread = std::thread([this] { impl_->accept_loop(); });
-  return {};
+  return impl_->connections.start(
+      bind_address, port,
+      [this](tcp::socket& s, const std::string&, connection_registry::handle& h) {
+        impl_->serve(s, h);
+      },
+      refuse_busy);
 }
 
-uint16_t http_server::port() const { return impl_->port; }
+uint16_t http_server::port() const { return impl_->connections.port(); }
 
-void http_server::stop() {
-  {
-    std::lock_guard lock(impl_->mutex);
-    if (impl_->stopping) return;
-    impl_->stopping = true;
-    for (auto& c : impl_->connections)
-      if (c.fd >= 0) ::shutdown(c.fd, SHUT_RDWR);
-  }
-  if (impl_->accept_thread.joinable()) {
-    ::shutdown(impl_->acceptor.native_handle(), SHUT_RDWR);
-    impl_->accept_thread.join();
-  }
-  boost::system::error_code ec;
-  impl_->acceptor.close(ec);
-  for (auto& c : impl_->connections)
-    if (c.thread.joinable()) c.thread.join();
-}
+void http_server::stop() { impl_->connections.stop(); }
+
+connection_stats http_server::stats() const { return impl_->connections.stats(); }
 
 }  // namespace strata::serving

@@ -9,7 +9,14 @@
 // 400 malformed JSON or fields, 404 unknown path or table, 405 wrong
 // method, 413 body over max_body_bytes or keys over max_request_keys.
 //
-// One thread per connection (keep-alive honoured); start()/stop() as the
+// 503 when the server's buffers are full (request bodies, parsed JSON and
+// replies of all connections are charged to one byte budget before they
+// are allocated); a lookup whose JSON reply would exceed max_reply_bytes
+// is 413.
+//
+// One thread per connection (keep-alive honoured), bounded by `settings`
+// (serving/connection_limits.hpp: a connection over the cap is answered
+// 503 and closed; idle and request deadlines); start()/stop() as the
 // binary server. Thread-safe.
 #pragma once
 
@@ -18,17 +25,20 @@
 #include <string>
 
 #include "common/error.hpp"
+#include "serving/connection_limits.hpp"
 #include "serving/service.hpp"
 
 namespace strata::serving {
 
 class http_server {
  public:
-  http_server(serving_service& service, size_t max_body_bytes);
+  http_server(serving_service& service, size_t max_body_bytes,
+              connection_settings settings = {});
   ~http_server();
   status start(const std::string& bind_address, uint16_t port);
   uint16_t port() const;
   void stop();
+  connection_stats stats() const;
 
  private:
   struct impl;

@@ -8,6 +8,22 @@ status lookup_service::apply_updates(const std::string& table, std::span<const u
                "updates for table '" + table + "': this endpoint takes no update stream");
 }
 
+expected<uint64_t> checked_reply_bytes(const std::string& table, size_t n, uint32_t dim,
+                                       uint64_t cap) {
+  const uint64_t bytes = uint64_t(n) * (8 + uint64_t(dim) * 4);
+  if (bytes > cap)
+    return error(errc::capacity_exceeded,
+                 "lookup of " + std::to_string(n) + " keys of table '" + table + "' (dim " +
+                     std::to_string(dim) + ") needs a " + std::to_string(bytes) +
+                     "-byte reply, over max_reply_bytes " + std::to_string(cap) +
+                     "; split the request (repeated keys count each time)");
+  return bytes;
+}
+
+expected<uint64_t> lookup_service::reply_bytes(const std::string&, size_t n) {
+  return uint64_t(n) * 8;
+}
+
 status lookup_service::push(const std::string& table, uint32_t, std::span<const uint64_t>,
                             std::span<const float>, uint64_t) {
   return error(errc::invalid_argument,
@@ -53,6 +69,16 @@ status serving_service::prefetch(const std::string& table, std::span<const uint6
   auto store = find(table);
   if (!store) return store.err();
   return (*store)->prefetch(keys);
+}
+
+expected<uint64_t> serving_service::reply_bytes(const std::string& table, size_t n) {
+  if (n > limits_.max_request_keys)
+    return error(errc::capacity_exceeded, "lookup of " + std::to_string(n) +
+                                              " keys exceeds max_request_keys " +
+                                              std::to_string(limits_.max_request_keys));
+  auto dim = dim_of(table);
+  if (!dim) return dim.err();
+  return checked_reply_bytes(table, n, *dim, limits_.max_reply_bytes);
 }
 
 void serving_service::finish_request() {

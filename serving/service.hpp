@@ -20,7 +20,15 @@ namespace strata::serving {
 
 struct service_limits {
   uint32_t max_request_keys = 1u << 20;
+  // A lookup reply (versions and weights; the HTTP server's JSON is
+  // bounded the same way) above this is refused before it is built.
+  uint64_t max_reply_bytes = uint64_t{128} << 20;
 };
+
+// The binary size of a lookup reply of n rows of `dim` (versions + weights),
+// or capacity_exceeded naming the sizes when it is over `cap`.
+expected<uint64_t> checked_reply_bytes(const std::string& table, size_t n, uint32_t dim,
+                                       uint64_t cap);
 
 // What the binary server (serving/binary_server.hpp) answers requests
 // with: a serving node's tables (serving_service), or a training cluster's
@@ -31,6 +39,11 @@ class lookup_service {
   virtual status lookup(const std::string& table, std::span<const uint64_t> keys,
                         lookup_result& out) = 0;
   virtual status prefetch(const std::string& table, std::span<const uint64_t> keys) = 0;
+  // The bytes of a lookup reply of `n` keys (checked before the lookup
+  // runs, so the server bounds its memory before allocating): not_found
+  // for an unknown table, capacity_exceeded over the endpoint's reply cap.
+  // The default knows no dim: 8 bytes a key.
+  virtual expected<uint64_t> reply_bytes(const std::string& table, size_t n);
   // Runs work deferred until the reply was sent.
   virtual void finish_request() {}
   // Rows streamed by a training cluster (serving nodes).
@@ -53,6 +66,7 @@ class serving_service : public lookup_service {
   status lookup(const std::string& table, std::span<const uint64_t> keys,
                 lookup_result& out) override;
   status prefetch(const std::string& table, std::span<const uint64_t> keys) override;
+  expected<uint64_t> reply_bytes(const std::string& table, size_t n) override;
   // Runs queued asynchronous cache inserts (call after sending a reply).
   void finish_request() override;
   status apply_updates(const std::string& table, std::span<const uint64_t> keys,

@@ -95,6 +95,11 @@ status training_gateway::check(const std::string& table, size_t keys) const {
   return {};
 }
 
+expected<uint64_t> training_gateway::reply_bytes(const std::string& table, size_t n) {
+  STRATA_TRY(check(table, n));
+  return checked_reply_bytes(table, n, config_.layout.dim, config_.max_reply_bytes);
+}
+
 expected<training_gateway::routing> training_gateway::current_routing(caf::scoped_actor& self) {
   {
     std::lock_guard lock(mutex_);

@@ -43,6 +43,7 @@ struct gateway_config {
   row_layout layout;
   bool accepts_push = true;  // false in pass mode
   uint32_t max_request_keys = 1u << 20;
+  uint64_t max_reply_bytes = uint64_t{128} << 20;  // a lookup reply (versions + weights)
   std::chrono::milliseconds timeout{60000};      // per shard request
   std::chrono::milliseconds map_timeout{60000};  // the coordinator's partition map
   std::chrono::milliseconds routing_refresh{1000};
@@ -59,6 +60,7 @@ class training_gateway : public lookup_service {
   status lookup(const std::string& table, std::span<const uint64_t> keys,
                 lookup_result& out) override;
   status prefetch(const std::string& table, std::span<const uint64_t> keys) override;
+  expected<uint64_t> reply_bytes(const std::string& table, size_t n) override;
   status push(const std::string& table, uint32_t dim, std::span<const uint64_t> keys,
               std::span<const float> grads, uint64_t id = 0) override;
 

@@ -329,10 +329,11 @@ TEST(ServingHttp, MalformedRequestsGetClear4xx) {
 
 // --- online updates (the publisher/subscriber stream: update_stream_test.cpp) ----
 
-TEST(OnlineUpdates, ReorderedUpdateFramesNeverMoveAVersionBackwards) {
+// Updates reach a node only through its subscriber (the lookup port
+// refuses them: tests/serving/hostile_servers_test.cpp), which applies
+// each batch with apply_updates, as here.
+TEST(OnlineUpdates, ReorderedUpdateBatchesNeverMoveAVersionBackwards) {
   node n;
-  auto s = wire::frame_socket::connect({"127.0.0.1", n.binary->port()}, 10s);
-  ASSERT_TRUE(s.has_value());
   const uint64_t key = n.rows.keys[20];
   const uint64_t base = n.rows.versions.at(key);
   std::vector<uint64_t> order;
@@ -341,14 +342,11 @@ TEST(OnlineUpdates, ReorderedUpdateFramesNeverMoveAVersionBackwards) {
   auto c = n.connect();
   uint64_t seen = base;
   for (uint64_t v : order) {
-    std::vector<std::byte> payload;
-    wire::encode(
-        payload,
-        wire::update_batch{"ads", 1, 1, dim, {key}, {v}, std::vector<float>(dim, float(v - base))});
-    ASSERT_TRUE(s->send(wire::frame_type::updates, v, payload).has_value());
-    auto ack = s->receive();
-    ASSERT_TRUE(ack.has_value());
-    ASSERT_EQ(ack->header.type, wire::frame_type::ack);
+    ASSERT_TRUE(n.service
+                    ->apply_updates("ads", std::vector<uint64_t>{key},
+                                    std::vector<float>(dim, float(v - base)),
+                                    std::vector<uint64_t>{v})
+                    .has_value());
     auto r = c.lookup("ads", std::vector<uint64_t>{key});
     ASSERT_TRUE(r.has_value());
     ASSERT_GE(r->versions[0], seen);
@@ -409,7 +407,10 @@ uint16_t read_port(const fs::path& port_file) {
 
 TEST(ServingProcesses, KillingAReplicaMidLoadFailsTheClientOverToAnother) {
   testing::temp_dir dir;
-  auto rows = testing::write_test_checkpoint(dir.path() / "ckpt-000000000001", "ads", dim, 3000, 2);
+  // The checkpoint root holds only checkpoints (serve refuses an
+  // lmdb_path inside it).
+  auto rows = testing::write_test_checkpoint(dir.path() / "ckpts" / "ckpt-000000000001", "ads",
+                                             dim, 3000, 2);
   std::vector<pid_t> pids;
   std::vector<uint16_t> ports;
   for (int i = 0; i < 2; ++i) {
@@ -417,7 +418,8 @@ TEST(ServingProcesses, KillingAReplicaMidLoadFailsTheClientOverToAnother) {
     fs::create_directories(state);
     // A checkpoint root: serve picks its latest complete checkpoint.
     std::ofstream(state / "serve.yaml")
-        << testing::serving_manifest("ads", dim, dir.path(), state, 64, "  warmup_keys: 100\n");
+        << testing::serving_manifest("ads", dim, dir.path() / "ckpts", state, 64,
+                                     "  warmup_keys: 100\n");
     pids.push_back(spawn_serve(state / "serve.yaml", state / "ports", state / "log"));
   }
   for (int i = 0; i < 2; ++i) {

@@ -1,0 +1,231 @@
+// Hostile clients against a serving node's binary and HTTP ports (issue
+// 16): slowloris, hundreds of idle connections, headers that claim
+// 256 MiB, payloads beyond the buffer budget, running out of descriptors,
+// huge replies, and a plain client sending `updates`. During and after each
+// a normal client is answered within 1 s, and the server's own counters
+// stay under their caps (tests/serving/hostile_scenarios.hpp).
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "serving/binary_server.hpp"
+#include "serving/http_server.hpp"
+#include "serving/serving_store.hpp"
+#include "tests/serving/hostile_scenarios.hpp"
+#include "tests/serving/serving_test_util.hpp"
+#include "tests/tiers/test_util.hpp"
+#include "tiers/cpu_cache.hpp"
+
+namespace strata::serving {
+namespace {
+
+using namespace std::chrono_literals;
+namespace hostile = testing::hostile;
+constexpr uint32_t dim = 8;
+
+connection_settings small_settings() {
+  connection_settings s;
+  s.max_connections = 64;
+  s.idle_timeout = 2500ms;
+  s.request_timeout = 500ms;
+  s.max_buffered_bytes = 4u << 20;
+  return s;
+}
+
+// A serving node of one table on a real checkpoint, with both servers.
+struct node {
+  testing::temp_dir dir;
+  testing::checkpoint_rows rows;
+  std::unique_ptr<serving_service> service;
+  std::unique_ptr<binary_server> binary;
+  std::unique_ptr<http_server> http;
+
+  explicit node(service_limits limits = {4096}, connection_settings settings = small_settings(),
+                size_t max_body = 16u << 20) {
+    rows = testing::write_test_checkpoint(dir.path() / "ckpt", "ads", dim, 500, 1);
+    serving_store_config c;
+    c.table = "ads";
+    c.dim = dim;
+    c.partitions = 64;
+    c.lmdb_path = dir.path() / "serving";
+    c.dram_bytes =
+        dram_tier::budget_for_rows({dim, optimizer_kind::sgd, false}, eviction_policy::lru, 500);
+    auto store = serving_store::open(
+        c, std::make_unique<cpu_cache>(row_layout{dim, optimizer_kind::sgd, false},
+                                       cache_geometry{8, 1}));
+    EXPECT_TRUE(store.has_value());
+    EXPECT_TRUE((*store)->load_checkpoint(dir.path() / "ckpt").has_value());
+    service = std::make_unique<serving_service>(limits);
+    service->add_table(std::move(*store));
+    binary = std::make_unique<binary_server>(*service, settings);
+    EXPECT_TRUE(binary->start("127.0.0.1", 0).has_value());
+    http = std::make_unique<http_server>(*service, max_body, settings);
+    EXPECT_TRUE(http->start("127.0.0.1", 0).has_value());
+  }
+
+  hostile::target binary_target() {
+    hostile::target t;
+    t.port = binary->port();
+    t.stats = [this] { return binary->stats(); };
+    t.settings = small_settings();
+    const std::vector<uint64_t> keys{rows.keys[0], rows.keys[1]};
+    t.client = [port = t.port, keys] {
+      return std::make_unique<hostile::binary_client>(port, "ads", keys);
+    };
+    std::vector<std::byte> frame, payload;
+    wire::encode(payload, wire::key_request{"ads", keys});
+    wire::append_frame(frame, wire::frame_type::lookup, 7, payload);
+    t.slow_request.assign(reinterpret_cast<const char*>(frame.data()), frame.size());
+    return t;
+  }
+
+  hostile::target http_target() {
+    hostile::target t;
+    t.port = http->port();
+    t.stats = [this] { return http->stats(); };
+    t.settings = small_settings();
+    t.http = true;
+    const std::string body =
+        "{\"table\":\"ads\",\"keys\":[" + std::to_string(rows.keys[0]) + "]}";
+    t.client = [port = t.port, body] { return std::make_unique<hostile::http_client>(port, body); };
+    t.slow_request = hostile::http_lookup_request(body);
+    return t;
+  }
+};
+
+TEST(HostileBinaryPort, SlowlorisIsCutByTheDeadlines) {
+  node n;
+  hostile::slowloris_is_cut(n.binary_target());
+}
+
+TEST(HostileBinaryPort, IdleConnectionsAreCapped) {
+  node n;
+  hostile::idle_connections_are_capped(n.binary_target());
+}
+
+TEST(HostileBinaryPort, HeadersClaiming256MiBAllocateNothing) {
+  node n;
+  hostile::huge_claims_allocate_nothing(n.binary_target());
+}
+
+TEST(HostileBinaryPort, BufferedBytesStayUnderTheBudget) {
+  node n;
+  hostile::buffered_bytes_stay_under_the_budget(n.binary_target());
+}
+
+TEST(HostileBinaryPort, OutOfDescriptorsBacksOffAndRecovers) {
+  node n;
+  hostile::out_of_descriptors_backs_off(n.binary_target());
+}
+
+TEST(HostileHttpPort, SlowlorisIsCutByTheDeadlines) {
+  node n;
+  hostile::slowloris_is_cut(n.http_target());
+}
+
+TEST(HostileHttpPort, IdleConnectionsAreCappedWith503) {
+  node n;
+  hostile::idle_connections_are_capped(n.http_target());
+}
+
+TEST(HostileHttpPort, ContentLengthOf256MiBAllocatesNothing) {
+  node n;
+  hostile::huge_claims_allocate_nothing(n.http_target());
+}
+
+TEST(HostileHttpPort, BufferedBytesStayUnderTheBudget) {
+  node n;
+  hostile::buffered_bytes_stay_under_the_budget(n.http_target());
+}
+
+TEST(HostileHttpPort, OutOfDescriptorsBacksOffAndRecovers) {
+  node n;
+  hostile::out_of_descriptors_backs_off(n.http_target());
+}
+
+// Issue 16 item 2: rows come only from the configured publishers. A plain
+// client's `updates` frame is refused, counted, and the row is unchanged.
+TEST(HostileBinaryPort, APlainClientCannotChangeAServedRow) {
+  node n;
+  const uint64_t key = n.rows.keys[3];
+  auto s = wire::frame_socket::connect({"127.0.0.1", n.binary->port()}, 5s);
+  ASSERT_TRUE(s.has_value());
+  std::vector<std::byte> payload;
+  wire::encode(payload, wire::update_batch{"ads", 1, 1, dim, {key}, {~uint64_t{0}},
+                                           std::vector<float>(dim, 666.0f)});
+  ASSERT_TRUE(s->send(wire::frame_type::updates, 9, payload).has_value());
+  auto reply = s->receive();
+  ASSERT_TRUE(reply.has_value()) << reply.err().to_string();
+  ASSERT_EQ(reply->header.type, wire::frame_type::error);
+  auto e = wire::decode_error(reply->payload);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_NE(e->message.find("updates are accepted only from the configured publishers "
+                            "(serving.subscribe)"),
+            std::string::npos)
+      << e->message;
+  EXPECT_EQ(n.binary->updates_refused(), 1u);
+
+  lookup_result r;
+  ASSERT_TRUE(n.service->lookup("ads", std::vector<uint64_t>{key}, r).has_value());
+  EXPECT_EQ(r.versions[0], n.rows.versions.at(key));
+  EXPECT_EQ(std::vector<float>(r.weights.begin(), r.weights.end()), n.rows.weights.at(key));
+  EXPECT_EQ(n.service->stats().at("ads").updates_applied, 0u);
+}
+
+// Issue 16 item 8: a lookup of many repeated keys does not build a reply
+// of hundreds of MB. 2^20 repeated keys in a 7 MB body (dim 8: the JSON
+// reply would be ~150 MB) are refused 413 before the reply is built, and
+// the process's peak RSS stays far below what building it took.
+TEST(HostileHttpPort, RepeatedKeysCannotAmplifyAReply) {
+  connection_settings roomy = small_settings();
+  roomy.max_buffered_bytes = uint64_t{1} << 30;
+  node n(service_limits{1u << 20}, roomy);
+  const uint64_t hwm_before = hostile::proc_status("VmHWM");
+  std::string body = "{\"table\":\"ads\",\"keys\":[";
+  const std::string key = std::to_string(n.rows.keys[0]);
+  for (size_t i = 0; i < (1u << 20); ++i) body += (i ? "," : "") + key;
+  body += "]}";
+  hostile::raw_connection c(n.http->port());
+  ASSERT_TRUE(c.send(hostile::http_lookup_request(body)));
+  const auto res = hostile::read_http_response(c.fd(), 20s);
+  EXPECT_EQ(res.rfind("HTTP/1.1 413", 0), 0u) << res.substr(0, 300);
+  EXPECT_NE(res.find("max_reply_bytes"), std::string::npos) << res.substr(0, 300);
+  const uint64_t grew_mib = (hostile::proc_status("VmHWM") - hwm_before) / 1024;
+  EXPECT_LT(grew_mib, 200u) << "peak RSS grew by " << grew_mib << " MiB for one request";
+  for (int i = 0; i < 100 && n.http->stats().buffered_bytes != 0; ++i)
+    std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(n.http->stats().buffered_bytes, 0u) << "a request's memory was not given back";
+  // A normal lookup still answers.
+  auto normal = n.http_target().client();
+  EXPECT_TRUE(normal->request());
+}
+
+// The same bound on the binary port: a reply over max_reply_bytes is
+// refused before it is allocated, naming the sizes.
+TEST(HostileBinaryPort, RepliesOverTheCapAreRefusedBeforeTheyAreBuilt) {
+  service_limits limits{1u << 20};
+  limits.max_reply_bytes = 64 * 1024;
+  node n(limits);
+  auto s = wire::frame_socket::connect({"127.0.0.1", n.binary->port()}, 5s);
+  ASSERT_TRUE(s.has_value());
+  std::vector<std::byte> payload;
+  wire::encode(payload, wire::key_request{"ads", std::vector<uint64_t>(4096, n.rows.keys[0])});
+  ASSERT_TRUE(s->send(wire::frame_type::lookup, 3, payload).has_value());
+  auto reply = s->receive();
+  ASSERT_TRUE(reply.has_value());
+  ASSERT_EQ(reply->header.type, wire::frame_type::error);
+  auto e = wire::decode_error(reply->payload);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_NE(e->message.find("163840-byte reply, over max_reply_bytes 65536"), std::string::npos)
+      << e->message;
+  EXPECT_LE(n.binary->stats().buffered_bytes, 64u * 1024) << "the refused reply was charged";
+  // Under the cap it answers.
+  auto normal = n.binary_target().client();
+  EXPECT_TRUE(normal->request());
+}
+
+}  // namespace
+}  // namespace strata::serving
