@@ -15,11 +15,15 @@
 // 4xx with {"error": "..."}; an unknown path 404; a wrong method 405.
 //
 // Threads: one accepts; each connection is served on a thread of its own
-// (a scale may take long; /status stays answerable meanwhile); requests to
-// the actors are blocking scoped_actor requests with a deadline. stop()
-// (or the destructor) closes the port and joins every thread.
+// (a scale may take long; /status stays answerable meanwhile), keep-alive;
+// requests to the actors are blocking scoped_actor requests with a
+// deadline. Connections go through serving/connection_limits.hpp: capped,
+// closed when idle or slow (a request must arrive within idle_timeout),
+// accept backs off when out of descriptors. stop() (or the destructor)
+// closes the port and every connection and joins every thread.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -27,6 +31,7 @@
 
 #include "actors/training_protocol.hpp"
 #include "common/error.hpp"
+#include "serving/connection_limits.hpp"
 
 namespace strata::deploy {
 
@@ -43,6 +48,13 @@ struct admin_config {
   std::vector<admin_node> nodes;  // the manifest's nodes; the first is this one
   // How long a request may wait for the actors (a scale waits for its commit).
   uint32_t request_timeout_seconds = 600;
+  // Connections (serving/connection_limits.hpp): at most 64 open (more are
+  // answered 503 and closed), a request must arrive within 10 s of the
+  // connection or of the previous answer, and answering one may take
+  // request_timeout (longer than request_timeout_seconds: start refuses
+  // less).
+  serving::connection_settings connections{64, std::chrono::seconds(10),
+                                           std::chrono::seconds(630), uint64_t{16} << 20};
 };
 
 class admin_server {
@@ -58,6 +70,8 @@ class admin_server {
   uint16_t port() const;
   std::string url() const;  // http://address:port
   void stop();
+  // The connection counters (open, refused over the cap, timeouts, ...).
+  serving::connection_stats connections() const;
 
   struct impl;
 

@@ -18,6 +18,7 @@
 #include "deploy/admin_client.hpp"
 #include "deploy/admin_server.hpp"
 #include "tests/actors/training_test_util.hpp"
+#include "tests/deploy/admin_test_util.hpp"
 #include "tests/tiers/test_util.hpp"
 
 namespace strata::deploy {
@@ -26,57 +27,6 @@ namespace {
 using json = nlohmann::json;
 using namespace strata::actors;
 using strata::testing::temp_dir;
-
-struct threaded_config : caf::actor_system_config {
-  threaded_config() {
-    set("scheduler.max-threads", 2);
-    set("logger.verbosity", caf::atom("quiet"));
-    actors::add_message_types(*this);
-    actors::add_training_message_types(*this);
-  }
-};
-
-constexpr uint32_t dim = 4;
-
-cluster_config admin_cluster(const std::filesystem::path& dir) {
-  cluster_config c;
-  c.name = "admin-test";
-  c.partitions = 64;
-  c.table.name = "t";
-  c.table.layout = row_layout{dim, optimizer_kind::sgd, true};
-  c.table.optimizer.kind = optimizer_kind::sgd;
-  c.table.optimizer.learning_rate = 1.0f;
-  c.table.initializer.kind = initializer_kind::zeros;
-  c.checkpoint.directory = dir / "checkpoints";
-  c.checkpoint.round_batches = 8;
-  c.checkpoint.at_stop = false;
-  for (uint32_t s = 0; s < 2; ++s) {
-    shard_config sc;
-    sc.index = s;
-    sc.table = c.table;
-    sc.dram.capacity_bytes = 64 << 10;
-    sc.lmdb.directory = dir / ("shard" + std::to_string(s));
-    sc.lmdb.table = c.table.name;
-    sc.lmdb.partitions = c.partitions;
-    sc.lmdb.map_bytes = size_t{64} << 20;
-    c.shards.push_back(sc);
-  }
-  cache_config cc;
-  cc.table = c.table;
-  cc.geometry.sets = 4;
-  cc.geometry.slabs_per_set = 1;
-  cc.staleness = 4;
-  c.caches.push_back(cc);
-  for (uint32_t w = 0; w < 2; ++w) {
-    worker_config wc;
-    wc.index = w;
-    wc.batch_size = 8;
-    wc.prefetch_depth = 1;
-    wc.max_in_flight = 2;
-    c.workers.push_back(wc);
-  }
-  return c;
-}
 
 TEST(AdminApi, StatusScaleCheckpointStopOverHttp) {
   temp_dir dir;
