@@ -222,7 +222,8 @@ struct update_publisher::impl {
   // The subscribe handshake (docs/serving.md, "Online updates"), then the
   // stream; runs on the connection's thread (connection_registry).
   void serve(tcp::socket& peer, const std::string& name, connection_registry::handle& h) {
-    auto socket = wire::frame_socket::borrow(peer.native_handle(), name);
+    auto socket = wire::frame_socket::borrow(peer, name);
+    socket.set_budget(&connections->buffers());  // the handshake frames are charged too
     h.in_request();
     auto first = socket.receive(max_handshake_payload);
     if (!first) return;
