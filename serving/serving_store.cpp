@@ -40,7 +40,9 @@ std::string what_it_looks_like(const std::vector<std::string>& names) {
       return " (it looks like a checkpoint)";
     if (n == "data.mdb") data = true;
   }
-  if (data) return " (an LMDB environment the serving store did not create: a shard's?)";
+  if (data)
+    return " (an LMDB environment the serving store did not mark: a shard's, or a serving copy "
+           "made before strata marked its own, which you may delete yourself)";
   return "";
 }
 
