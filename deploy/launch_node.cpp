@@ -166,6 +166,10 @@ int run_node(const std::string& path, const std::string& node, const std::string
   // What this node allocates at start must fit this host: a named error
   // instead of std::bad_alloc halfway through the start.
   if (auto memory = deploy::check_host_memory(m, node); !memory) return fail(memory.err());
+  // The cluster secret (created at the first start when the manifest says
+  // so, as strata launch does), before anything proves it to a peer.
+  if (auto secret = deploy::ensure_cluster_secret_file(m, std::cout); !secret)
+    return fail(secret.err());
   // A manifest of several nodes: this process is one of them.
   std::unique_ptr<deploy::node_membership> member;
   if (m.nodes.size() > 1) {

@@ -69,6 +69,11 @@ expected<std::unique_ptr<node_membership>> node_membership::create(const manifes
                        m.nodes[i].name +
                        "' needs a fixed transport port in a cluster of several nodes (its peers "
                        "connect to it)");
+  // Peers admit this node only if it proves the cluster secret (and it
+  // them): read now, so that a missing or unsafe file fails the start.
+  auto secret = cluster_secret(m);
+  if (!secret) return secret.err();
+  n->secret_ = std::move(*secret);
   n->coordinator_ = m.nodes.front().name;
   // The manifest file's bytes: every node must run the same cluster.
   std::ifstream in(m.file, std::ios::binary);
@@ -124,6 +129,9 @@ expected<actors::cluster_placement> node_membership::place(caf::actor_system& sy
   bc.heartbeat_interval = std::chrono::milliseconds(ts.heartbeat_interval_ms);
   bc.heartbeat_timeout = std::chrono::milliseconds(ts.heartbeat_timeout_ms);
   bc.max_outstanding_bytes = ts.max_outstanding_bytes;
+  // Membership: only the manifest's nodes, each proving the cluster secret.
+  bc.cluster_secret = secret_;
+  for (const auto& n : m_.nodes) bc.admitted_nodes.push_back(n.name);
   auto started = transport::node_transport::start(
       system, bc, [this](const std::string& peer, bool up, const std::string& reason) {
         on_peer(peer, up, reason);
@@ -165,10 +173,18 @@ expected<actors::cluster_placement> node_membership::place(caf::actor_system& sy
                              "', the manifest says '" + peer.name + "'");
           break;
         }
+        // A refused hello (another cluster secret, not a member) fails at
+        // once: retrying cannot change the answer.
+        if (connected.err().code() == errc::invalid_argument)
+          return error(errc::invalid_argument,
+                       "node '" + me_ + "': cannot join node '" + peer.name + "' at " + peer.host +
+                           ":" + std::to_string(peer.transport_port) + ": " +
+                           connected.err().message());
         last = connected.err().message();
         std::this_thread::sleep_for(retry_pause);
       }
     } else {
+      std::string refused;  // a hello under its name was refused (e.g. another secret)
       for (;;) {
         if (stopping()) return error(errc::unavailable, "node '" + me_ + "': stopped while joining");
         const auto left = left_until(deadline_);
@@ -176,9 +192,12 @@ expected<actors::cluster_placement> node_membership::place(caf::actor_system& sy
           return error(errc::unavailable, "node '" + me_ + "': node '" + peer.name +
                                           "' did not connect within " +
                                           std::to_string(ts.join_timeout_seconds) +
-                                          " s (transport.join_timeout_seconds)");
-        if (bridge.wait_for_peer(peer.name, std::min(left, std::chrono::milliseconds(500))))
-          break;
+                                          " s (transport.join_timeout_seconds)" + refused);
+        auto waited = bridge.wait_for_peer(peer.name, std::min(left, std::chrono::milliseconds(500)));
+        if (waited) break;
+        // Not fatal: anyone can send a hello under a member's name.
+        if (waited.err().code() == errc::invalid_argument)
+          refused = "; " + waited.err().message();
       }
     }
   }

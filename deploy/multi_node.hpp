@@ -99,6 +99,7 @@ class node_membership {
   size_t my_index_ = 0;
   std::vector<bool> hosted_shards_;
   uint64_t fingerprint_ = 0;  // of the manifest file (size and CRC32C)
+  auth::secret secret_;       // cluster_secret: what this node proves to its peers
   std::unique_ptr<transport::node_transport> transport_;
   std::chrono::steady_clock::time_point deadline_;
 

@@ -20,6 +20,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <optional>
 #include <regex>
 #include <sstream>
@@ -303,6 +304,66 @@ TEST(MultiNode, NodesOfDifferentManifestsRefuseToJoin) {
   EXPECT_NE(*st1, 0);
   EXPECT_NE(n0.err().find("node 'n1' runs another manifest than node 'n0'"), std::string::npos)
       << n0.err();
+  EXPECT_EQ(n0.out().find("cluster: all 2 nodes ready"), std::string::npos) << n0.out();
+}
+
+// Membership (issue 16 item 1): two nodes whose cluster secrets differ
+// never form a cluster, and each says why. The joining node fails at once
+// naming the node it dialled and the wrong proof; the node it dialled
+// names the refusal when its join times out. (The manifests differ only in
+// the secret file's path: the hello exchange fails before the manifest
+// fingerprints are compared.)
+TEST(MultiNode, NodesWithDifferentClusterSecretsRefuseEachOtherNamingWhy) {
+  temp_dir dir;
+  cluster_spec spec;
+  spec.name = "secrets";
+  spec.nodes = 2;
+  spec.shards = spec.caches = spec.workers = 2;
+  const auto manifest = write_manifest(dir.path(), spec);
+  std::string text;
+  {
+    std::ifstream in(manifest);
+    text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  auto replace = [](std::string s, const std::string& from, const std::string& to) {
+    const auto at = s.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    if (at != std::string::npos) s.replace(at, from.size(), to);
+    return s;
+  };
+  text = replace(text, "join_timeout_seconds: 120", "join_timeout_seconds: 5");
+  const auto secret = (dir.path() / "secrets.secret").string();
+  const auto other_secret = (dir.path() / "other-host.secret").string();
+  const auto m0 = dir.path() / "n0.yaml";
+  const auto m1 = dir.path() / "n1.yaml";
+  std::ofstream(m0) << text;
+  std::ofstream(m1) << replace(text, secret, other_secret);
+  strata_process n0({"node", "--manifest", m0.string(), "--node", "n0"}, dir.path() / "n0.out",
+                    dir.path() / "n0.err");
+  ASSERT_TRUE(poll_until([&] { return n0.out().find("transport: node n0 listening") !=
+                                      std::string::npos; },
+                         run_deadline_s))
+      << n0.out() << n0.err();
+  strata_process n1({"node", "--manifest", m1.string(), "--node", "n1"}, dir.path() / "n1.out",
+                    dir.path() / "n1.err");
+  auto st1 = n1.wait(60);
+  auto st0 = n0.wait(60);
+  ASSERT_TRUE(st0 && st1) << n0.err() << n1.err();
+  EXPECT_NE(*st0, 0);
+  EXPECT_NE(*st1, 0);
+  // Each node created its own secret: they differ.
+  EXPECT_NE(n0.out().find("cluster: created the cluster secret " + secret), std::string::npos)
+      << n0.out();
+  EXPECT_NE(n1.out().find("cluster: created the cluster secret " + other_secret),
+            std::string::npos)
+      << n1.out();
+  EXPECT_NE(n1.err().find("strata node: node 'n1': cannot join node 'n0' at 127.0.0.1:"),
+            std::string::npos)
+      << n1.err();
+  EXPECT_NE(n1.err().find("wrong proof for node 'n0'"), std::string::npos) << n1.err();
+  EXPECT_NE(n1.err().find("cluster_secret files differ"), std::string::npos) << n1.err();
+  EXPECT_NE(n0.err().find("node 'n1' did not connect within 5 s"), std::string::npos) << n0.err();
+  EXPECT_NE(n0.err().find("refused by node 'n1'"), std::string::npos) << n0.err();
   EXPECT_EQ(n0.out().find("cluster: all 2 nodes ready"), std::string::npos) << n0.out();
 }
 
