@@ -106,9 +106,7 @@ std::string admin_server::url() const {
   return "http://" + impl_->api.config().bind_address + ":" + std::to_string(port());
 }
 
-serving::connection_stats admin_server::connections() const {
-  return impl_->connections.stats();
-}
+serving::connection_stats admin_server::connections() const { return impl_->connections.stats(); }
 
 void admin_server::stop() {
   if (impl_) impl_->connections.stop();

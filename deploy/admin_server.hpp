@@ -53,8 +53,8 @@ struct admin_config {
   // connection or of the previous answer, and answering one may take
   // request_timeout (longer than request_timeout_seconds: start refuses
   // less).
-  serving::connection_settings connections{64, std::chrono::seconds(10),
-                                           std::chrono::seconds(630), uint64_t{16} << 20};
+  serving::connection_settings connections{64, std::chrono::seconds(10), std::chrono::seconds(630),
+                                           uint64_t{16} << 20};
 };
 
 class admin_server {

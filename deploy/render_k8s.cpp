@@ -108,7 +108,8 @@ expected<std::string> without_secrets(const manifest& m, const std::string& text
   out << YAML::Comment("rendered by strata render k8s from " + m.file.filename().string() +
                        "; the secrets are in Secrets")
       << YAML::Newline << root;
-  if (!out.good()) return error(errc::invalid_argument, m.file.string() + ": " + out.GetLastError());
+  if (!out.good())
+    return error(errc::invalid_argument, m.file.string() + ": " + out.GetLastError());
   return std::string(out.c_str()) + "\n";
 }
 
@@ -137,14 +138,15 @@ expected<std::optional<std::string>> secret_file(const manifest& m,
     notes << "strata render k8s: " << where << ": " << file.string()
           << " is not on this machine, so Secret " << secret_name
           << " is not rendered; create it before the pods can start:\n"
-          << "  kubectl create secret generic " << secret_name << " --from-file=" << key << "=FILE\n";
+          << "  kubectl create secret generic " << secret_name << " --from-file=" << key
+          << "=FILE\n";
     return std::optional<std::string>{};
   }
   auto created = ensure_secret_file(file, create_if_missing, where);
   if (!created) return created.err();
   if (*created)
-    notes << "strata render k8s: created " << file.string()
-          << " (mode 0600), the value of Secret " << secret_name << "\n";
+    notes << "strata render k8s: created " << file.string() << " (mode 0600), the value of Secret "
+          << secret_name << "\n";
   auto text = auth::read_secret_text(file, where);
   if (!text) return text.err();
   if (looks_like_placeholder(*text))
@@ -162,8 +164,8 @@ expected<k8s_secrets> read_k8s_secrets(const manifest& m, std::ostream& notes) {
       return error(errc::invalid_argument, placeholder_refusal(m.file.string() + ": admin.token"));
     out.admin_token = m.admin.token;
   } else if (!m.admin.token_file.empty()) {
-    auto token = secret_file(m, m.admin.token_file, m.admin.create_if_missing,
-                             "admin.token_file", cluster + "-admin-token", "token", notes);
+    auto token = secret_file(m, m.admin.token_file, m.admin.create_if_missing, "admin.token_file",
+                             cluster + "-admin-token", "token", notes);
     if (!token) return token.err();
     out.admin_token = std::move(*token);
   }

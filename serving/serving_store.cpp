@@ -55,9 +55,9 @@ status prepare_directory(const fs::path& path) {
     return error(errc::io_error, path.string() + ": serving lmdb_path: " + ec.message());
   if (fs::exists(st)) {
     if (!fs::is_directory(st))
-      return error(errc::invalid_argument,
-                   path.string() + ": serving lmdb_path is not a directory; point "
-                                   "serving.lmdb_path at a new or empty directory");
+      return error(errc::invalid_argument, path.string() +
+                                               ": serving lmdb_path is not a directory; point "
+                                               "serving.lmdb_path at a new or empty directory");
     // Only ever delete the store's own files: a lmdb_path that names the
     // shards' ssd_path or a checkpoint must not wipe them.
     std::vector<std::string> names, foreign;
@@ -68,8 +68,7 @@ status prepare_directory(const fs::path& path) {
     if (ec)
       return error(errc::io_error,
                    path.string() + ": cannot list the serving lmdb_path: " + ec.message());
-    const bool marked =
-        std::find(names.begin(), names.end(), serving_marker_name) != names.end();
+    const bool marked = std::find(names.begin(), names.end(), serving_marker_name) != names.end();
     if (!names.empty() && (!foreign.empty() || !marked)) {
       std::sort(foreign.begin(), foreign.end());
       std::string found;
@@ -77,8 +76,10 @@ status prepare_directory(const fs::path& path) {
       for (size_t i = 0; i < shown.size() && i < 5; ++i) found += (i ? ", " : "") + shown[i];
       if (shown.size() > 5) found += ", ... (" + std::to_string(shown.size()) + " entries)";
       return error(errc::invalid_argument,
-                   path.string() + ": serving lmdb_path holds files the serving store did not "
-                                   "write (" + found + ")" + what_it_looks_like(names) +
+                   path.string() +
+                       ": serving lmdb_path holds files the serving store did not "
+                       "write (" +
+                       found + ")" + what_it_looks_like(names) +
                        "; nothing was removed. Point serving.lmdb_path at a new or empty "
                        "directory of its own (default: ssd_path/serving)");
     }
@@ -86,8 +87,8 @@ status prepare_directory(const fs::path& path) {
       if (n == serving_marker_name) continue;
       fs::remove(path / n, ec);
       if (ec)
-        return error(errc::io_error, (path / n).string() +
-                                         ": cannot clear the serving LMDB: " + ec.message());
+        return error(errc::io_error,
+                     (path / n).string() + ": cannot clear the serving LMDB: " + ec.message());
     }
   } else {
     fs::create_directories(path, ec);

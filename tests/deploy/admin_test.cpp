@@ -195,7 +195,8 @@ TEST(AdminApi, TokenFilesReadableByOthersAndPlaceholdersAreRefused) {
 
   threaded_config cfg;
   caf::actor_system system{cfg};
-  for (const char* token : {"REPLACE-WITH-THE-ADMIN-TOKEN", "change-me-change-me", "<admin token>"}) {
+  for (const char* token :
+       {"REPLACE-WITH-THE-ADMIN-TOKEN", "change-me-change-me", "<admin token>"}) {
     admin_config ac;
     ac.token = token;
     auto server = admin_server::start(ac, system, actors::coordinator_actor{});

@@ -29,7 +29,8 @@ std::string read(const std::string& path) {
 
 // Secrets as read_k8s_secrets would give them (the examples' files are not
 // on this machine).
-const k8s_secrets test_secrets{"admin-token-for-render-tests-0123", "cluster-secret-for-render-0123"};
+const k8s_secrets test_secrets{"admin-token-for-render-tests-0123",
+                               "cluster-secret-for-render-0123"};
 
 std::string rendered(const std::string& example, const k8s_options& o = {}) {
   const std::string path = STRATA_SOURCE_DIR "/deploy/examples/" + example + ".yaml";
@@ -117,8 +118,9 @@ TEST(RenderK8s, ValidKubernetesObjectsOffline) {
     const int status = ::pclose(pipe);
     const int rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
     if (rc == 2 || rc == 127)
-      GTEST_SKIP() << "kubernetes-models not available (deploy/install-deps.sh installs it into .ci/tools): "
-                   << result;
+      GTEST_SKIP()
+          << "kubernetes-models not available (deploy/install-deps.sh installs it into .ci/tools): "
+          << result;
     EXPECT_EQ(rc, 0) << example << ": " << result;
     EXPECT_EQ(result.rfind("ok: ConfigMap/", 0), 0u) << result;
   }
@@ -143,8 +145,8 @@ TEST(RenderK8s, InlineTokenAndClusterSecretGoOnlyIntoSecrets) {
   const std::string secret_value = "cluster-secret-value-0123456789abcdef";
   {
     std::ofstream(secret_file) << secret_value << "\n";
-    std::filesystem::permissions(secret_file, std::filesystem::perms::owner_read |
-                                                  std::filesystem::perms::owner_write);
+    std::filesystem::permissions(
+        secret_file, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
   }
   const auto file_at = text.find("  file: data/cluster3.secret");
   ASSERT_NE(file_at, std::string::npos);
@@ -168,7 +170,8 @@ TEST(RenderK8s, InlineTokenAndClusterSecretGoOnlyIntoSecrets) {
       secrets_with_secret += one.str().find(secret_value) != std::string::npos;
       continue;
     }
-    EXPECT_EQ(one.str().find(token), std::string::npos) << kind << " holds the token:\n" << one.str();
+    EXPECT_EQ(one.str().find(token), std::string::npos) << kind << " holds the token:\n"
+                                                        << one.str();
     EXPECT_EQ(one.str().find(secret_value), std::string::npos) << kind << ":\n" << one.str();
     if (kind != "ConfigMap") continue;
     // The manifest the pods read: its secrets are the mounted files.
@@ -229,8 +232,8 @@ TEST(RenderK8s, SecretFilesReadableByOthersOrPlaceholdersAreRefused) {
               std::string::npos)
         << r.err().message();
   }
-  for (const char* inline_token : {"REPLACE-WITH-THE-ADMIN-TOKEN", "changeme", "<token>",
-                                   "xxxxxxxxxxxxxxxxxxxx"}) {
+  for (const char* inline_token :
+       {"REPLACE-WITH-THE-ADMIN-TOKEN", "changeme", "<token>", "xxxxxxxxxxxxxxxxxxxx"}) {
     auto r = admin_token(with_admin(std::string("  token: \"") + inline_token + "\"\n"));
     ASSERT_FALSE(r) << inline_token;
     EXPECT_NE(r.err().message().find("local.yaml: admin.token holds a placeholder"),
