@@ -284,8 +284,12 @@ struct node_bridge::impl {
   void flush_credits();
   std::vector<uint32_t> credits_owed;  // progress thread only
   clock::time_point credits_owed_since;
-  // A credit owed waits at most this long for a quiet moment.
-  static constexpr std::chrono::microseconds credit_delay{200};
+  // A credit owed goes back this long after the first delivery it covers
+  // (the poll wakes at least every millisecond while one is owed). A
+  // sender only waits for it when its window is full, and then half the
+  // window's delivery sends it at once (complete()): this delay only ever
+  // holds back a sender blocked on a frame too big for the bytes left.
+  static constexpr std::chrono::microseconds credit_delay{1000};
 
   // --- receiving --------------------------------------------------------------------
 

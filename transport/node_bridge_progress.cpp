@@ -89,11 +89,11 @@ void node_bridge::impl::run() {
     while (ucp_worker_progress(worker) != 0) active = true;
     close_scheduled();
     const auto now = clock::now();
-    // The burst is processed (or this node stays busy a while): credits
-    // for what it delivered go back now.
-    if (!credits_owed.empty() && (!active || now - credits_owed_since > credit_delay)) {
-      flush_credits();
-    }
+    // Credits owed go back credit_delay after the first delivery they
+    // cover (past half the window they went at once, in complete()): one
+    // credit frame per burst, not one per frame, and never a wake-up of
+    // the peer per request.
+    if (!credits_owed.empty() && now - credits_owed_since >= credit_delay) flush_credits();
     if (active) {
       last_activity = now;
       idle_polls = 0;
@@ -102,7 +102,8 @@ void node_bridge::impl::run() {
       heartbeat(now);
       next_beat = now + config.heartbeat_interval;
     }
-    bool waiting_on_peers = sends_in_flight > 0;
+    // Owed credits (flushed within credit_delay) count as waiting too.
+    bool waiting_on_peers = sends_in_flight > 0 || !credits_owed.empty();
     {
       std::lock_guard lock(mu_);
       if (!queue_.empty() || !connects_queued_.empty() || stopping_) continue;

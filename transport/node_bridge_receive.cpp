@@ -184,8 +184,8 @@ void node_bridge::impl::complete(peer_state& peer, const frame_header& h, payloa
     deliver(peer, std::move(frame));
     if (peer.down) return;
   }
-  // Credits go back at once past half the window, otherwise once this
-  // burst of arrivals is processed (flush_credits): one credit frame per
+  // Credits go back at once past half the window, otherwise credit_delay
+  // later (flush_credits, from the progress loop): one credit frame per
   // burst, and a sender waiting for credit always gets it.
   if (peer.delivered_frames * 2 >= config.credit_frames ||
       peer.delivered_bytes * 2 >= config.credit_bytes) {
