@@ -110,7 +110,8 @@ struct bridge_config {
   // whatever it got, and treats a connection as up as soon as its hello is
   // sent, so its frames go out at once); `outgoing_control` sees and may
   // replace the payload of every hello-exchange frame before it is sealed
-  // (record a member's handshake, replay it).
+  // (record a member's handshake, replay it; an emptied payload is not
+  // sent at all).
   bool test_trust_blindly = false;
   std::function<void(frame_type, std::vector<std::byte>& payload)> outgoing_control;
 };

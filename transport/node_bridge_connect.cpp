@@ -213,7 +213,10 @@ void node_bridge::impl::send_hello(ucp_ep_h ep, frame_type type, uint64_t reques
   auto op = std::make_unique<send_op>();
   op->owner = this;
   op->payload = encode_payload(payload);
-  if (config.outgoing_control) config.outgoing_control(type, op->payload);
+  if (config.outgoing_control) {
+    config.outgoing_control(type, op->payload);
+    if (op->payload.empty()) return;  // the seam dropped it
+  }
   frame_header h;
   h.type = type;
   h.sender = node_id;
@@ -272,6 +275,27 @@ void node_bridge::impl::refuse(ep_context* ctx, uint64_t request_id, const std::
   why.refusal = reason;
   if (ctx->ep != nullptr && !ctx->closed) {
     send_hello(ctx->ep, frame_type::hello_refused, request_id, why, /*close_after=*/true);
+  }
+}
+
+void node_bridge::impl::expire_hellos(clock::time_point now) {
+  const auto ms = std::to_string(config.heartbeat_timeout.count());
+  // By index: refusing may add contexts.
+  for (size_t i = 0; i < ep_contexts.size(); ++i) {
+    auto* ctx = ep_contexts[i].get();
+    if (ctx->closed || ctx->peer >= 0 || ctx->step == hello_step::done ||
+        now - ctx->opened <= config.heartbeat_timeout)
+      continue;
+    if (ctx->step == hello_step::refused) {  // hello_refused never went out
+      schedule_close(ctx);
+      continue;
+    }
+    if (ctx->connect != 0) {
+      fail_connect(ctx->connect, "no hello answer within " + ms + " ms");
+      schedule_close(ctx);
+      continue;
+    }
+    refuse(ctx, 0, ctx->their.name, "no hello exchange within " + ms + " ms (heartbeat_timeout)");
   }
 }
 

@@ -136,6 +136,7 @@ struct ep_context {
   auth::nonce own_nonce{};
   auth::nonce their_nonce{};
   hello_payload their;  // what the other side said its name, id and host are
+  clock::time_point opened = clock::now();  // a hello unfinished after heartbeat_timeout closes
 };
 
 struct send_op {
@@ -338,6 +339,9 @@ struct node_bridge::impl {
   // tells it (hello_refused) and closes the endpoint once that is sent.
   void refuse(ep_context* ctx, uint64_t request_id, const std::string& claimed,
               const std::string& reason);
+  // Closes the connections whose hello exchange did not finish within
+  // heartbeat_timeout (a non-member holding connections open).
+  void expire_hellos(clock::time_point now);
   // Closes `ctx`, and its peer with it when it is bound to one.
   void close_connection(ep_context* ctx, const std::string& reason);
   void on_hello(ep_context* ctx, const frame_header& h, hello_payload hello);

@@ -48,6 +48,7 @@ void node_bridge::impl::mark_down(peer_state& peer, const std::string& reason) {
 }
 
 void node_bridge::impl::heartbeat(clock::time_point now) {
+  expire_hellos(now);
   std::vector<peer_state*> live;
   {
     std::lock_guard lock(mu_);

@@ -222,6 +222,40 @@ TEST(Membership, ANonMemberCannotGetOneFrameAccepted) {
   EXPECT_EQ(in0.frames.back().peer, "n1");
 }
 
+// A process that connects and never says hello (or never finishes it) does
+// not hold the connection: it is closed after heartbeat_timeout, counted,
+// and its frames meanwhile are dropped.
+TEST(Membership, AConnectionThatNeverFinishesItsHelloIsClosed) {
+  inbox in0;
+  auto c0 = config("n0", cluster_key);
+  c0.heartbeat_interval = 100ms;
+  c0.heartbeat_timeout = 1s;
+  auto n0 = start(c0, &in0);
+  ASSERT_TRUE(n0);
+  auto ca = config("n1", auth::secret{});
+  ca.test_trust_blindly = true;
+  ca.heartbeat_timeout = 60s;  // it would keep the connection: the node must close it
+  ca.outgoing_control = [](frame_type type, std::vector<std::byte>& payload) {
+    if (type == frame_type::hello) payload.clear();  // never sent
+  };
+  ::testing::internal::CaptureStderr();
+  auto attacker = start(ca, nullptr);
+  ASSERT_TRUE(attacker);
+  auto target = attacker->connect("127.0.0.1", n0->port(), 30s);
+  ASSERT_TRUE(target) << target.err().to_string();
+  ASSERT_TRUE(attacker->send(*target, frame_type::sink, 1, bytes(64)));
+  EXPECT_TRUE(eventually([&] { return !attacker->is_up(*target); }, 20s))
+      << "the node kept a connection without a hello open";
+  attacker.reset();
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(log.find("no hello exchange within 1000 ms"), std::string::npos) << log;
+  const auto s = n0->stats();
+  EXPECT_GE(s.refused_handshakes, 1u);
+  EXPECT_GE(s.unauthenticated_frames, 1u);
+  EXPECT_TRUE(s.peers.empty());
+  EXPECT_EQ(in0.size(), 0u);
+}
+
 TEST(Membership, ANodeWithAnotherSecretIsRefusedNamingWhyOnBothSides) {
   auto n0 = start(config("n0", cluster_key), nullptr);
   auto n1 = start(config("n1", other_key), nullptr);
