@@ -16,14 +16,9 @@ namespace {
 
 using strata::testing::temp_dir;
 
-TEST(AdminCli, StatusScaleCheckpointStopAgainstARunningNode) {
-  temp_dir dir;
-  const fs::path d = dir.path();
-  const uint16_t port = testing::free_port();
-  const std::string admin = "127.0.0.1:" + std::to_string(port);
-  const fs::path token = d / "token";
-  std::ofstream(token) << "node-token-1234567890\n";
-  fs::permissions(token, fs::perms::owner_read | fs::perms::owner_write);  // a secret: owner-only
+// A one-node manifest with the admin API on `port`, its token in `token`.
+fs::path write_node_manifest(const fs::path& d, uint16_t port, const fs::path& token,
+                             int epochs) {
   const fs::path manifest = d / "node.yaml";
   std::ofstream(manifest)
       << "name: admincli\nmode: async\npartitions: 64\nthreads: 2\n"
@@ -33,12 +28,24 @@ TEST(AdminCli, StatusScaleCheckpointStopAgainstARunningNode) {
       << "shards:\n  count: 2\n  dram_bytes: 256KiB\n  ssd_path: " << (d / "state").string()
       << "\n  map_bytes: 256MiB\n"
       << "caches:\n  count: 1\n  sets: 8\n"
-      << "workers:\n  count: 2\n  batch_size: 16\n  epochs: 1000\n"
+      << "workers:\n  count: 2\n  batch_size: 16\n  epochs: " << epochs << "\n"
       << "data:\n  path: " << (d / "data.tsv").string() << "\n  heldout_fraction: 0\n"
       << "  generate:\n    rows: 20000\n    distinct_keys: 20000\n    seed: 9\n"
       << "admin:\n  port: " << port << "\n  token_file: " << token.string() << "\n"
       << "checkpoint:\n  dir: " << (d / "ckpt").string() << "\n  at_stop: false\n"
       << "  round_batches: 16\n";
+  return manifest;
+}
+
+TEST(AdminCli, StatusScaleCheckpointStopAgainstARunningNode) {
+  temp_dir dir;
+  const fs::path d = dir.path();
+  const uint16_t port = testing::free_port();
+  const std::string admin = "127.0.0.1:" + std::to_string(port);
+  const fs::path token = d / "token";
+  std::ofstream(token) << "node-token-1234567890\n";
+  fs::permissions(token, fs::perms::owner_read | fs::perms::owner_write);  // a secret: owner-only
+  const fs::path manifest = write_node_manifest(d, port, token, 1000);
   strata_process node({"node", "--manifest", manifest.string()}, d / "node.out", d / "node.err");
 
   int calls = 0;
@@ -90,6 +97,37 @@ TEST(AdminCli, StatusScaleCheckpointStopAgainstARunningNode) {
   EXPECT_NE(node.out().find("admin: serving http://127.0.0.1:" + std::to_string(port)),
             std::string::npos)
       << node.out();
+}
+
+// Issue 16 item 6: the placeholder an older `strata render k8s` wrote into
+// the token's Secret worked as a real token, and so did a token file every
+// user could read. `strata node` now refuses both at start, naming the
+// field and the file (before: it trained, exit 0).
+TEST(AdminCli, ANodeRefusesAPlaceholderOrOthersReadableTokenAtStart) {
+  temp_dir dir;
+  const fs::path d = dir.path();
+  const fs::path token = d / "token";
+  struct refused_case {
+    std::string content;
+    fs::perms mode;
+    std::string said;
+  };
+  for (const auto& [content, mode, said] :
+       {refused_case{"REPLACE-WITH-THE-ADMIN-TOKEN", fs::perms(0600),
+                     "node.yaml: admin.token_file: " + token.string() + " holds a placeholder"},
+        refused_case{"a-real-looking-token-0123456789", fs::perms(0644),
+                     "chmod 600 " + token.string()}}) {
+    fs::remove(token);
+    std::ofstream(token) << content << "\n";
+    fs::permissions(token, mode);
+    const auto manifest = write_node_manifest(d, testing::free_port(), token, 1);
+    strata_process node({"node", "--manifest", manifest.string()}, d / "node.out",
+                        d / "node.err");
+    auto st = node.wait(120);
+    ASSERT_TRUE(st) << "the node did not exit";
+    EXPECT_TRUE(WIFEXITED(*st) && WEXITSTATUS(*st) != 0) << content << ": " << node.out();
+    EXPECT_NE(node.err().find(said), std::string::npos) << node.err();
+  }
 }
 
 }  // namespace
