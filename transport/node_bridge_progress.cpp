@@ -143,9 +143,17 @@ void node_bridge::impl::shutdown() {
     }
   }
   drain_queue();
+  const auto deadline = clock::now() + std::chrono::seconds(2);
+  // Frames waiting for credit go before the goodbye, which ends the
+  // connection at the peer once everything sent before it is delivered.
+  auto holding = [&] {
+    for (auto* p : live)
+      if (!p->down && !p->held.empty()) return true;
+    return false;
+  };
+  while (holding() && clock::now() < deadline) ucp_worker_progress(worker);
   for (auto* p : live)
     send_control(p->ep, frame_type::goodbye, 0, false, static_cast<int>(p->index));
-  const auto deadline = clock::now() + std::chrono::seconds(2);
   while (sends_in_flight > 0 && clock::now() < deadline) ucp_worker_progress(worker);
   for (auto& c : ep_contexts) schedule_close(c.get());
   close_scheduled();

@@ -151,6 +151,24 @@ TEST(FlowControl, RequestsAndRepliesBothWaysUnderSmallWindows) {
   EXPECT_LE(p.a->stats().peers.at(0).window_peak_frames, 4u);
 }
 
+// A graceful stop with frames still waiting for credit sends them first:
+// the goodbye (which ends the connection at the receiver once everything
+// before it is delivered) must not overtake them.
+TEST(FlowControl, FramesWaitingForCreditAtAStopStillArrive) {
+  auto ca = windowed(4, 1 << 20), cb = windowed(4, 1 << 20);
+  pair_of_bridges p(ca, cb);
+  p.b_in.delay = 2ms;  // slow: a's frames wait for credit
+  constexpr int n = 60;
+  for (int i = 0; i < n; ++i)
+    ASSERT_TRUE(p.a->send("b", frame_type::sink, 1, std::vector<std::byte>(64, std::byte(i))));
+  p.a->stop();
+  ASSERT_TRUE(p.b_in.wait_for(n, 30s)) << "frames lost at the stop: " << p.b_in.frames.size()
+                                       << " of " << n << " arrived";
+  std::lock_guard lock(p.b_in.mu);
+  for (int i = 0; i < n; ++i)
+    EXPECT_EQ(p.b_in.frames[i].header.seq, static_cast<uint64_t>(i + 1));
+}
+
 // A peer that ignores credits (here: sends a frame numbered far beyond
 // what this node credited, as a peer trying to make it buffer would) is
 // cut off with the reason and counted; nothing is buffered for it.
