@@ -155,6 +155,9 @@ binary_server::binary_server(lookup_service& service, connection_settings settin
 binary_server::~binary_server() { stop(); }
 
 status binary_server::start(const std::string& bind_address, uint16_t port) {
+  // A serving node lists this server's counters in /health.
+  if (auto* node = dynamic_cast<serving_service*>(&impl_->service))
+    node->set_server_stats("binary", [i = impl_.get()] { return i->connections.stats(); });
   return impl_->connections.start(
       bind_address, port,
       [this](tcp::socket& s, const std::string& name, connection_registry::handle& h) {
@@ -164,7 +167,11 @@ status binary_server::start(const std::string& bind_address, uint16_t port) {
 
 uint16_t binary_server::port() const { return impl_->connections.port(); }
 
-void binary_server::stop() { impl_->connections.stop(); }
+void binary_server::stop() {
+  impl_->connections.stop();
+  if (auto* node = dynamic_cast<serving_service*>(&impl_->service))
+    node->set_server_stats("binary", nullptr);
+}
 
 connection_stats binary_server::stats() const { return impl_->connections.stats(); }
 

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <optional>
+
+#include "serving/connection_limits.hpp"
 #include <string>
 #include <vector>
 
@@ -79,7 +81,17 @@ json health(serving_service& service) {
                     {"loaded_rows", st.loaded_rows},
                     {"warmed_rows", st.warmed_rows}};
   }
-  return {{"status", "ok"}, {"tables", tables}};
+  json servers = json::object();
+  for (const auto& [name, st] : service.server_stats())
+    servers[name] = {{"open", st.open},
+                     {"accepted", st.accepted},
+                     {"refused_over_cap", st.refused_over_cap},
+                     {"accept_errors", st.accept_errors},
+                     {"accept_backoffs", st.accept_backoffs},
+                     {"timeouts", st.timeouts},
+                     {"buffered_bytes", st.buffered_bytes},
+                     {"buffer_refusals", st.buffer_refusals}};
+  return {{"status", "ok"}, {"tables", tables}, {"servers", servers}};
 }
 
 // A JSON reply's bytes per row at most: a version (20 digits), each weight

@@ -24,7 +24,7 @@ struct http_server::impl {
       : service(s), max_body_bytes(limit), connections("serving http port", settings) {}
 
   void serve(tcp::socket& socket, connection_registry::handle& deadline) {
-    beast::flat_buffer buffer(http_max_header_bytes + 4096);
+    beast::flat_buffer buffer;
     for (;;) {
       http_request_parser parser;
       limit_request_parser(parser, max_body_bytes);
@@ -46,7 +46,10 @@ struct http_server::impl {
         // The body is charged before it is read (its declared length, or
         // the limit when chunked; one over the limit fails below, 413).
         const uint64_t body =
-            std::min<uint64_t>(parser.content_length().value_or(max_body_bytes), max_body_bytes);
+            parser.is_done()
+                ? 0  // no body (a GET)
+                : std::min<uint64_t>(parser.content_length().value_or(max_body_bytes),
+                                     max_body_bytes);
         if (!memory.take(body)) {
           http::response<http::string_body> res{http::status::service_unavailable, 11};
           res.set(http::field::content_type, "application/json");
@@ -97,6 +100,7 @@ http_server::http_server(serving_service& service, size_t max_body_bytes,
 http_server::~http_server() { stop(); }
 
 status http_server::start(const std::string& bind_address, uint16_t port) {
+  impl_->service.set_server_stats("http", [i = impl_.get()] { return i->connections.stats(); });
   return impl_->connections.start(
       bind_address, port,
       [this](tcp::socket& s, const std::string&, connection_registry::handle& h) {
@@ -107,7 +111,10 @@ status http_server::start(const std::string& bind_address, uint16_t port) {
 
 uint16_t http_server::port() const { return impl_->connections.port(); }
 
-void http_server::stop() { impl_->connections.stop(); }
+void http_server::stop() {
+  impl_->connections.stop();
+  impl_->service.set_server_stats("http", nullptr);
+}
 
 connection_stats http_server::stats() const { return impl_->connections.stats(); }
 

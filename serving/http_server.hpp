@@ -1,7 +1,8 @@
 // The HTTP/JSON endpoint of a serving node (Boost.Beast), for debugging
 // and simple clients; in-cluster clients use the binary protocol.
 //
-//   GET  /health  -> 200 {"status":"ok","tables":{NAME:{"dim":..,"lookups":..,...}}}
+//   GET  /health  -> 200 {"status":"ok","tables":{NAME:{"dim":..,"lookups":..,...}},
+//                         "servers":{"binary"|"http":{"open":..,"timeouts":..,...}}}
 //   POST /lookup  {"table":"ads","keys":[1,2,"18446744073709551615"]}
 //                 -> 200 {"table":"ads","dim":D,"versions":[..],"rows":[[..],..]}
 // Keys are unsigned 64-bit integers, as JSON numbers or decimal strings

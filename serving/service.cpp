@@ -1,5 +1,7 @@
 #include "serving/service.hpp"
 
+#include "serving/connection_limits.hpp"
+
 namespace strata::serving {
 
 status lookup_service::apply_updates(const std::string& table, std::span<const uint64_t>,
@@ -102,6 +104,22 @@ expected<uint32_t> serving_service::dim_of(const std::string& table) {
   auto store = find(table);
   if (!store) return store.err();
   return (*store)->dim();
+}
+
+void serving_service::set_server_stats(const std::string& name,
+                                       std::function<connection_stats()> stats) {
+  std::lock_guard lock(servers_mutex_);
+  if (stats)
+    servers_[name] = std::move(stats);
+  else
+    servers_.erase(name);
+}
+
+std::map<std::string, connection_stats> serving_service::server_stats() {
+  std::lock_guard lock(servers_mutex_);
+  std::map<std::string, connection_stats> out;
+  for (const auto& [name, stats] : servers_) out[name] = stats();
+  return out;
 }
 
 std::map<std::string, serving_stats> serving_service::stats() {

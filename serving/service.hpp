@@ -8,6 +8,7 @@
 // Thread-safe.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -17,6 +18,8 @@
 #include "serving/serving_store.hpp"
 
 namespace strata::serving {
+
+struct connection_stats;  // serving/connection_limits.hpp
 
 struct service_limits {
   uint32_t max_request_keys = 1u << 20;
@@ -75,12 +78,19 @@ class serving_service : public lookup_service {
   // Copies of the tables' stats.
   std::map<std::string, serving_stats> stats();
   const service_limits& limits() const { return limits_; }
+  // The connection counters of the servers in front of this service, by
+  // name ("binary", "http"; /health lists them); a server sets its own on
+  // start and clears it (null) when it goes.
+  void set_server_stats(const std::string& name, std::function<connection_stats()> stats);
+  std::map<std::string, connection_stats> server_stats();
 
  private:
   expected<serving_store*> find(const std::string& table);
   service_limits limits_;
   std::mutex mutex_;
   std::map<std::string, std::unique_ptr<serving_store>, std::less<>> tables_;
+  std::mutex servers_mutex_;
+  std::map<std::string, std::function<connection_stats()>> servers_;
 };
 
 }  // namespace strata::serving

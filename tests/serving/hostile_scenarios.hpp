@@ -242,6 +242,7 @@ inline void huge_claims_allocate_nothing(const target& t) {
 inline void buffered_bytes_stay_under_the_budget(const target& t) {
   const uint64_t cap = t.settings.max_buffered_bytes;
   uint64_t peak = 0;
+  std::string refusals;
   while_normal_client_asks(t, [&] {
     std::vector<raw_connection> attackers;
     const uint32_t claim = uint32_t(cap / 2 + cap / 4);  // two of them do not fit
@@ -265,7 +266,14 @@ inline void buffered_bytes_stay_under_the_budget(const target& t) {
       peak = std::max(peak, t.stats().buffered_bytes);
       std::this_thread::sleep_for(30ms);
     }
+    // The refused ones were told why (HTTP 503; binary: an error frame).
+    for (auto& c : attackers) c.closed_by_peer(50ms, &refusals);
   });
+  if (t.http) {
+    EXPECT_NE(refusals.find("HTTP/1.1 503"), std::string::npos) << refusals;
+  } else {
+    EXPECT_NE(refusals.find("receive buffers"), std::string::npos) << refusals;
+  }
   EXPECT_LE(peak, cap);
   EXPECT_GE(t.stats().buffer_refusals, 1u) << "4 x " << cap / 2 << " bytes all fit in " << cap;
 }

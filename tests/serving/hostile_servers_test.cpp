@@ -146,6 +146,22 @@ TEST(HostileHttpPort, OutOfDescriptorsBacksOffAndRecovers) {
   hostile::out_of_descriptors_backs_off(n.http_target());
 }
 
+// The servers' own counters are in /health, for whoever watches a node.
+TEST(HostileHttpPort, HealthListsBothServersCounters) {
+  node n;
+  auto idle = hostile::open_idle(n.binary->port(), 3);
+  for (int w = 0; w < 200 && n.binary->stats().open < 3; ++w) std::this_thread::sleep_for(5ms);
+  hostile::raw_connection c(n.http->port());
+  ASSERT_TRUE(c.send(std::string("GET /health HTTP/1.1\r\nHost: x\r\n\r\n")));
+  const auto res = hostile::read_http_response(c.fd(), 5s);
+  ASSERT_EQ(res.rfind("HTTP/1.1 200", 0), 0u) << "[" << res << "]";
+  auto j = nlohmann::json::parse(res.substr(res.find("\r\n\r\n") + 4));
+  EXPECT_EQ(j["servers"]["binary"]["open"].get<uint64_t>(), 3u) << j.dump();
+  EXPECT_EQ(j["servers"]["http"]["open"].get<uint64_t>(), 1u) << j.dump();
+  EXPECT_EQ(j["servers"]["binary"]["refused_over_cap"].get<uint64_t>(), 0u);
+  EXPECT_TRUE(j["servers"]["http"].contains("buffered_bytes"));
+}
+
 // Issue 16 item 2: rows come only from the configured publishers. A plain
 // client's `updates` frame is refused, counted, and the row is unchanged.
 TEST(HostileBinaryPort, APlainClientCannotChangeAServedRow) {
