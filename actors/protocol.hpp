@@ -44,6 +44,7 @@ using erase_atom = caf::atom_constant<caf::atom("erase")>;
 using map_atom = caf::atom_constant<caf::atom("map")>;
 using scale_atom = caf::atom_constant<caf::atom("scale")>;
 using idle_atom = caf::atom_constant<caf::atom("idle")>;
+using resend_atom = caf::atom_constant<caf::atom("resend")>;
 
 // --- message types ----------------------------------------------------------
 struct row_batch {
@@ -297,7 +298,12 @@ using shard_actor = caf::typed_actor<
     // longer owns are forwarded to their owner; its copies of them are
     // removed (DRAM now, LMDB after the write-behind is flushed); answers
     // once they are gone.
-    caf::replies_to<commit_atom, routing_table>::with<ok_atom>>;
+    caf::replies_to<commit_atom, routing_table>::with<ok_atom>,
+    // Online updates' resend (serving/update_stream.hpp): the newest copy
+    // of every row of `partition` this shard holds (DRAM, write-behind,
+    // LMDB; nothing promoted or initialized), for a serving node that was
+    // away longer than the update publisher's window.
+    caf::replies_to<resend_atom, uint32_t>::with<row_batch>>;
 
 // Owns the write side of one LMDB environment: writes a batch in one
 // transaction and answers with its sequence number once committed.

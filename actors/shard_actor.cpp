@@ -420,6 +420,12 @@ shard_actor::behavior_type shard_behavior(shard_pointer self, shard_config confi
         maybe_flush(self);
         return ok_atom::value;
       },
+      [self](resend_atom, uint32_t partition) -> caf::result<row_batch> {
+        if (self->state.fatal) return self->state.fatal;
+        auto rows = shard_detail::partition_rows(self->state, partition);
+        if (!rows) return to_caf(rows.err());
+        return std::move(*rows);
+      },
       [self](commit_atom, const routing_table& table) -> caf::result<ok_atom> {
         if (self->state.fatal) return self->state.fatal;
         auto& st = self->state;

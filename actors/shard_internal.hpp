@@ -143,5 +143,7 @@ std::vector<uint64_t> pick(const std::vector<uint64_t>& keys, const std::vector<
 void touch(shard_state& st, const std::vector<uint64_t>& keys);
 void copy_next(shard_pointer self);
 expected<row_buffer> newest_rows(tier_chain& chain, const std::vector<uint64_t>& keys);
+// The newest copy of every row of `partition` the shard holds (resend_atom).
+expected<row_batch> partition_rows(shard_state& st, uint32_t partition);
 
 }  // namespace strata::actors::shard_detail

@@ -126,4 +126,23 @@ expected<row_buffer> newest_rows(tier_chain& chain, const std::vector<uint64_t>&
   return out;
 }
 
+// DRAM holds the newest copy, then the write-behind buffer, then LMDB:
+// the first tier a key is found in wins.
+expected<row_batch> partition_rows(shard_state& st, uint32_t partition) {
+  const uint32_t partitions = st.config.lmdb.partitions;
+  const size_t record_bytes = st.config.table.layout.record_bytes();
+  row_batch out;
+  std::unordered_set<uint64_t> seen;
+  auto take = [&](uint64_t key, const std::byte* rec) {
+    if (partition_of(key, partitions) != partition || !seen.insert(key).second) return;
+    out.keys.push_back(key);
+    const auto* bytes = reinterpret_cast<const uint8_t*>(rec);
+    out.records.insert(out.records.end(), bytes, bytes + record_bytes);
+  };
+  STRATA_TRY(st.chain->dram().dump(take));
+  STRATA_TRY(st.chain->write_behind().dump(take));
+  STRATA_TRY(st.chain->durable()->range_scan(partition, take));
+  return out;
+}
+
 }  // namespace strata::actors::shard_detail

@@ -59,6 +59,10 @@ struct update_publisher::impl {
   uint64_t seq = 0;
   uint64_t floor = 0;  // the highest sequence number of a row dropped from the window
   uint64_t evicted = 0, resends = 0, gaps_refused = 0, subscribed = 0;
+  // The resend source (config.resend, or set_resend's) and the resends
+  // running from it (set_resend waits for them).
+  std::shared_ptr<const resend_source> resend_fn;
+  uint64_t resends_running = 0;
   std::atomic<uint64_t> auth_failures{0};
   struct retained_row {
     uint64_t seq = 0;
@@ -129,7 +133,7 @@ struct update_publisher::impl {
   bool resend_all(std::unique_lock<std::mutex>& lock, uint64_t& after, const sink& to) {
     const bool local = !to.refuse;
     const uint64_t before = after;
-    if (!config.resend) {
+    if (!resend_fn) {
       ++gaps_refused;
       const std::string what =
           "update publisher of table '" + config.table + "': rows after sequence number " +
@@ -149,7 +153,14 @@ struct update_publisher::impl {
       return false;
     }
     ++resends;
+    ++resends_running;
+    const auto source = resend_fn;
     const uint64_t resume = seq;
+    std::fprintf(stderr,
+                 "update publisher of table '%s': resending every row to a subscriber at "
+                 "sequence number %llu (the window holds rows after %llu)\n",
+                 config.table.c_str(), static_cast<unsigned long long>(before),
+                 static_cast<unsigned long long>(floor));
     lock.unlock();
     wire::update_batch batch;
     batch.table = config.table;
@@ -170,11 +181,13 @@ struct update_publisher::impl {
       }
       return alive;
     };
-    auto ok = config.resend(emit);
+    auto ok = (*source)(emit);
     if (!ok)
       std::fprintf(stderr, "update publisher of table '%s': resend failed: %s\n",
                    config.table.c_str(), ok.err().message().c_str());
     lock.lock();
+    --resends_running;
+    changed.notify_all();
     if (!ok || !alive) return false;
     after = resume;
     return true;
@@ -296,6 +309,8 @@ update_publisher::update_publisher(publisher_config config) : impl_(std::make_un
   impl_->config = std::move(config);
   impl_->cap = impl_->config.max_retained_rows != 0 ? impl_->config.max_retained_rows
                                                     : default_retained_rows(impl_->config.dim);
+  if (impl_->config.resend)
+    impl_->resend_fn = std::make_shared<const resend_source>(impl_->config.resend);
 }
 update_publisher::~update_publisher() { stop(); }
 
@@ -389,6 +404,13 @@ void update_publisher::rows_updated(const row_layout& layout, std::span<const ui
     std::memcpy(weights.data() + i * dim, weights_of(rows[i]), size_t{4} * dim);
   }
   publish(keys, weights, versions);
+}
+
+void update_publisher::set_resend(resend_source source) {
+  auto& p = *impl_;
+  std::unique_lock lock(p.mutex);
+  p.resend_fn = source ? std::make_shared<const resend_source>(std::move(source)) : nullptr;
+  p.changed.wait(lock, [&] { return p.resends_running == 0; });
 }
 
 void update_publisher::add_local_subscriber(

@@ -22,6 +22,7 @@
 // the publisher's owner) and continues after the sequence number it had
 // when the resend began; without a `resend` source it answers an error
 // (unavailable, naming the gap) that the subscriber records as stale().
+// On a training node the source is its shards (serving/shard_resend.hpp).
 // Rows are sent weights only (serving layout) with their versions; a key
 // updated twice between two sends is sent once, newest. In-process
 // subscribers (a one-process cluster) register a callback with
@@ -123,6 +124,10 @@ class update_publisher final : public actors::row_update_sink {
   void publish(std::span<const uint64_t> keys, std::span<const float> weights,
                std::span<const uint64_t> versions);
   void add_local_subscriber(std::function<void(const wire::update_batch&)> deliver);
+  // Replaces the resend source (null: none), e.g. once the shards it asks
+  // exist, and none again before they stop; waits for resends running
+  // from the old one.
+  void set_resend(resend_source source);
   uint64_t last_seq() const;
   publisher_stats stats() const;
 

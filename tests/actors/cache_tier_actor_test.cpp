@@ -227,6 +227,7 @@ shard_actor::behavior_type fake_shard(shard_actor::stateful_pointer<fake_shard_s
       [](migrate_atom, const migration_order&) -> migration_stats { return {}; },
       [](fence_atom, uint64_t) -> migration_stats { return {}; },
       [](migrate_in_atom, const row_batch&) -> ok_atom { return ok_atom::value; },
+      [](resend_atom, uint32_t) -> row_batch { return {}; },
       [](commit_atom, const routing_table&) -> ok_atom { return ok_atom::value; },
   };
 }

@@ -37,7 +37,8 @@ bool eventually(F&& done, std::chrono::milliseconds deadline) {
   return done();
 }
 
-std::string manifest(const fs::path& d, uint32_t epochs, uint16_t updates_port) {
+std::string manifest(const fs::path& d, uint32_t epochs, uint16_t updates_port,
+                     uint64_t max_retained_rows = 0) {
   std::ostringstream m;
   m << "name: live\nmode: async\npartitions: 64\nthreads: 2\n"
     << "cluster_secret:\n  file: " << (d / "cluster.secret").string()
@@ -53,6 +54,7 @@ std::string manifest(const fs::path& d, uint32_t epochs, uint16_t updates_port) 
     << "  generate:\n    rows: 3000\n    distinct_keys: 2000\n    seed: 5\n"
     << "checkpoint:\n  dir: " << (d / "ckpt").string() << "\n"
     << "updates:\n  port: " << updates_port << "\n  interval_ms: 20\n"
+    << "  max_retained_rows: " << max_retained_rows << "\n"
     << "serving:\n  checkpoint: " << (d / "ckpt").string()
     << "\n  lmdb_path: " << (d / "serving").string() << "\n  subscribe: 127.0.0.1:" << updates_port
     << "\n";
@@ -80,16 +82,17 @@ std::pair<pid_t, uint16_t> start_serve(const std::string& bin, const fs::path& m
   return {server, static_cast<uint16_t>(std::stoi(line.substr(7)))};
 }
 
-TEST(ServingEndToEnd, TrainServeAndKeepServingWhileTrainingUpdatesIt) {
-  testing::temp_dir dir;
-  const fs::path d = dir.path();
+// Trains one epoch, serves its checkpoint, trains on from it while serving
+// follows (with the publisher's window at `max_retained_rows`; 0: the
+// default). The directory, for the caller's own checks.
+void train_serve_and_follow(const fs::path& d, uint64_t max_retained_rows) {
   const uint16_t port = testing::free_port();
-  std::ofstream(d / "one-epoch.yaml") << manifest(d, 1, port);
+  std::ofstream(d / "one-epoch.yaml") << manifest(d, 1, port, max_retained_rows);
   // The second run trains 15 more epochs (a second or two): long enough for
   // the server's subscriber (retrying every 100 ms) to connect to the new
   // node's publisher under any load; a run of one more epoch (0.1 s) could
   // end before it did, and then nothing was published to it.
-  std::ofstream(d / "more-epochs.yaml") << manifest(d, 16, port);
+  std::ofstream(d / "more-epochs.yaml") << manifest(d, 16, port, max_retained_rows);
   const std::string bin = STRATA_BINARY;
   ASSERT_EQ(run(bin + " node --manifest " + (d / "one-epoch.yaml").string() + " --node live > " +
                 (d / "train1.log").string() + " 2>&1"),
@@ -161,6 +164,23 @@ TEST(ServingEndToEnd, TrainServeAndKeepServingWhileTrainingUpdatesIt) {
   int status = 0;
   ::waitpid(server, &status, 0);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+TEST(ServingEndToEnd, TrainServeAndKeepServingWhileTrainingUpdatesIt) {
+  testing::temp_dir dir;
+  train_serve_and_follow(dir.path(), 0);
+}
+
+// A publisher window of 16 rows while training updates thousands: the
+// serving node is behind it from its first subscribe on, and follows only
+// because the publisher resends it every row of the node's shards
+// (resend_atom); without a resend source it was refused as stale.
+TEST(ServingEndToEnd, AServingNodeBehindATinyPublisherWindowIsResentTheShardsRows) {
+  testing::temp_dir dir;
+  train_serve_and_follow(dir.path(), 16);
+  std::ostringstream log;
+  log << std::ifstream(dir.path() / "train2.log").rdbuf();
+  EXPECT_NE(log.str().find("resending every row"), std::string::npos) << log.str();
 }
 
 // Two training nodes, each publishing its own shard's updates on its own
