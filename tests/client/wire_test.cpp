@@ -60,6 +60,45 @@ TEST(Wire, UpdatesAndSubscribeRoundTrip) {
   EXPECT_EQ(s->after_seq, 76u);
 }
 
+// The subscribe handshake's frames (docs/serving.md, "Online updates"): the
+// nonces and proofs round trip; a subscribe without its nonce (a subscriber
+// from before authentication) and a short proof are errors naming the field.
+TEST(Wire, SubscribeHandshakeFramesRoundTripAndRefuseMissingBytes) {
+  auth_bytes a{}, b{};
+  for (size_t i = 0; i < a.size(); ++i) {
+    a[i] = uint8_t(i);
+    b[i] = uint8_t(255 - i);
+  }
+  std::vector<std::byte> payload;
+  encode(payload, subscribe_request{"ads", 5, 76, a});
+  auto s = decode_subscribe(payload);
+  ASSERT_TRUE(s.has_value());
+  EXPECT_EQ(s->nonce, a);
+  payload.resize(payload.size() - 32);  // the old layout: no nonce
+  auto old = decode_subscribe(payload);
+  ASSERT_FALSE(old.has_value());
+  EXPECT_NE(old.err().message().find("nonce"), std::string::npos) << old.err().message();
+  payload.clear();
+  encode(payload, challenge_frame{a, b});
+  auto c = decode_challenge(payload);
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(c->nonce, a);
+  EXPECT_EQ(c->proof, b);
+  payload.clear();
+  encode(payload, proof_frame{b});
+  auto p = decode_proof(payload);
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->proof, b);
+  payload.pop_back();
+  auto short_proof = decode_proof(payload);
+  ASSERT_FALSE(short_proof.has_value());
+  EXPECT_NE(short_proof.err().message().find("proof"), std::string::npos);
+  payload.clear();
+  encode(payload, proof_frame{b});
+  payload.push_back(std::byte{0});
+  EXPECT_FALSE(decode_proof(payload).has_value());  // trailing bytes
+}
+
 TEST(Wire, DamagedHeadersAreRejectedNamingTheField) {
   std::vector<std::byte> payload;
   encode(payload, key_request{"ads", {1}});
