@@ -39,9 +39,13 @@ void node_bridge::impl::ep_failed(ep_context* ctx, const std::string& reason) {
 void node_bridge::impl::schedule_close(ep_context* ctx) {
   if (ctx == nullptr || ctx->closed) return;
   ctx->closed = true;
-  // A closed endpoint's handle may be reused by UCX: nothing is attributed
-  // through it any more.
-  if (ctx->ep != nullptr) authed_eps.erase(ctx->ep);
+  // authed_eps keeps a closed endpoint's entry: an endpoint bound to a
+  // peer closes only when the peer goes down (close_connection, mark_down,
+  // shutdown), and a down peer never comes back, so the entry maps only
+  // frames still in flight from it to a peer that drops them as late ones
+  // (not as a non-member's). A handle UCX reuses for a new connection is
+  // rebound when that connection authenticates; until then its frames go
+  // to the down peer and are dropped all the same.
   to_close.push_back(ctx);
 }
 
@@ -535,6 +539,7 @@ void node_bridge::impl::bind_eps(peer_state& peer, ep_context* wire, bool same_h
 }
 
 void node_bridge::impl::set_up(peer_state& peer) {
+  settle_until = clock::now() + std::chrono::seconds(2);
   {
     std::lock_guard lock(mu_);
     peer.up = true;

@@ -202,6 +202,12 @@ struct node_bridge::impl {
   // us, so frames the peer sends by address arrive with it as reply_ep).
   // A frame over any other endpoint is dropped (docs/multi-node.md).
   std::unordered_map<ucp_ep_h, uint32_t> authed_eps;
+  // Until then the progress thread polls every millisecond instead of
+  // sleeping until the next heartbeat: a new worker-address endpoint's
+  // wire-up (its first frame with the reply flag needs the peer's endpoint
+  // id) does not always signal the event fd, and an idle node slept
+  // through it (frames at a stop right after connecting were lost).
+  clock::time_point settle_until{};
   std::unordered_map<uint64_t, std::shared_ptr<connect_op>> connects;
   std::vector<std::unique_ptr<ep_context>> ep_contexts;
   std::vector<ep_context*> to_close;

@@ -104,7 +104,7 @@ void node_bridge::impl::run() {
       next_beat = now + config.heartbeat_interval;
     }
     // Owed credits (flushed within credit_delay) count as waiting too.
-    bool waiting_on_peers = sends_in_flight > 0 || !credits_owed.empty();
+    bool waiting_on_peers = sends_in_flight > 0 || !credits_owed.empty() || now < settle_until;
     {
       std::lock_guard lock(mu_);
       if (!queue_.empty() || !connects_queued_.empty() || stopping_) continue;
