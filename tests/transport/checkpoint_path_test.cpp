@@ -17,6 +17,7 @@
 #include "tests/actors/actor_test_util.hpp"
 #include "tests/tiers/test_util.hpp"
 #include "transport/codec.hpp"
+#include "transport/payloads.hpp"
 #include "transport/remote_actors.hpp"
 
 namespace strata::transport {
@@ -116,6 +117,18 @@ TEST(CheckpointPath, APeerCannotNameTheDirectoryAShardWrites) {
   EXPECT_TRUE(fs::exists(shard_dir / actors::checkpoint_shard_state_name)) << shard_dir;
   EXPECT_TRUE(fs::exists(shard_dir / "data.mdb")) << shard_dir;
   EXPECT_FALSE(fs::exists(elsewhere));
+}
+
+// The decoder itself: a shard_checkpoint payload is the epoch alone; one
+// with a directory after it (the old shape) is refused, naming the offset.
+TEST(CheckpointPath, TheDecoderRefusesAShardCheckpointPayloadWithAPath) {
+  frame_header h;
+  h.type = frame_type::shard_checkpoint;
+  EXPECT_TRUE(check_payload_value(h, encode_payload(uint64_t{4})));
+  auto with_path = check_payload_value(h, encode_payload(uint64_t{4}, std::string("/etc/cron.d")));
+  ASSERT_FALSE(with_path) << "a shard_checkpoint payload carrying a path was accepted";
+  EXPECT_NE(with_path.err().message().find("trailing bytes at offset 8"), std::string::npos)
+      << with_path.err().message();
 }
 
 // In process too: the shard's handler takes no path; without a configured
