@@ -257,6 +257,18 @@ std::vector<MetricFamily> to_families(const node_snapshot& s) {
       out.gauge("strata_transport_outstanding_bytes",
                 "Bytes sent to the peer and not yet released (back-pressure window).", peer,
                 d(p.outstanding_bytes));
+      // Flow control (credits; docs/transport.md, Back-pressure).
+      out.counter("strata_transport_credit_waits_total",
+                  "Frames to the peer that waited here for its credit.", peer, d(p.credit_waits));
+      out.gauge("strata_transport_held_for_credit_frames",
+                "Frames to the peer waiting here for its credit now.", peer,
+                d(p.held_for_credit));
+      out.gauge("strata_transport_window_peak_frames",
+                "Most frames from the peer held at once above the last credit.", peer,
+                d(p.window_peak_frames));
+      out.counter("strata_transport_window_violations_total",
+                  "Frames from the peer beyond its credit window (the peer was cut off).", peer,
+                  d(p.window_violations));
     }
   }
 

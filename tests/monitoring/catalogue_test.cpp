@@ -105,9 +105,12 @@ TEST(Catalogue, TransportCountersPerPeer) {
   up.name = "n2";
   up.up = true;
   up.bytes_sent = 4096;
+  up.credit_waits = 11;
+  up.window_peak_frames = 9;
   transport::peer_stats down;
   down.name = "n3";
   down.frames_received = 7;
+  down.window_violations = 1;
   t.peers = {up, down};
   s.transport = t;
   const auto families = to_families(s);
@@ -129,6 +132,14 @@ TEST(Catalogue, TransportCountersPerPeer) {
   ASSERT_NE(find(families, "strata_transport_refused_handshakes_total"), nullptr);
   EXPECT_EQ(find(families, "strata_transport_refused_handshakes_total")->metric[0].counter.value,
             3);
+  // Flow control (issue 16): credit waits, window peak and violations per peer.
+  ASSERT_NE(find(families, "strata_transport_credit_waits_total"), nullptr);
+  EXPECT_EQ(find(families, "strata_transport_credit_waits_total")->metric[0].counter.value, 11);
+  ASSERT_NE(find(families, "strata_transport_window_peak_frames"), nullptr);
+  EXPECT_EQ(find(families, "strata_transport_window_peak_frames")->metric[0].gauge.value, 9);
+  ASSERT_NE(find(families, "strata_transport_window_violations_total"), nullptr);
+  EXPECT_EQ(find(families, "strata_transport_window_violations_total")->metric[1].counter.value,
+            1);
   EXPECT_EQ(find(to_families(sample()), "strata_transport_peer_up"), nullptr);  // no transport
 }
 
