@@ -95,6 +95,10 @@ void node_bridge::impl::drain_queue() {
   }
   for (auto& op : batch) {
     auto& peer = *peers_[op->peer];
+    if (peer.down) {  // went down meanwhile: post() releases the bytes
+      post(std::move(op), false, &peer);
+      continue;
+    }
     // Out of credit: the frame waits here, behind any earlier one, until
     // the peer's credits return (on_credit). Nothing is dropped.
     if (!peer.held.empty() || !has_credit(peer, *op)) {
