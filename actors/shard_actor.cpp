@@ -254,8 +254,8 @@ shard_actor::behavior_type shard_behavior(shard_pointer self, shard_config confi
         auto& st = self->state;
         if (st.config.checkpoint_root.empty())
           return caf::make_error(caf::sec::invalid_argument,
-                                 "shard " + std::to_string(st.config.index) +
-                                     ": checkpoint " + std::to_string(epoch) +
+                                 "shard " + std::to_string(st.config.index) + ": checkpoint " +
+                                     std::to_string(epoch) +
                                      " asked, but this node has no checkpoint directory "
                                      "(manifest: checkpoint.dir)");
         if (epoch == 0)

@@ -261,8 +261,7 @@ std::vector<MetricFamily> to_families(const node_snapshot& s) {
       out.counter("strata_transport_credit_waits_total",
                   "Frames to the peer that waited here for its credit.", peer, d(p.credit_waits));
       out.gauge("strata_transport_held_for_credit_frames",
-                "Frames to the peer waiting here for its credit now.", peer,
-                d(p.held_for_credit));
+                "Frames to the peer waiting here for its credit now.", peer, d(p.held_for_credit));
       out.gauge("strata_transport_window_peak_frames",
                 "Most frames from the peer held at once above the last credit.", peer,
                 d(p.window_peak_frames));

@@ -145,7 +145,7 @@ struct send_op {
   std::array<std::byte, frame_header_bytes> header{};
   std::vector<std::byte> payload;
   uint64_t bytes = 0;
-  uint64_t seq = 0;                // sequenced frames (flow control)
+  uint64_t seq = 0;               // sequenced frames (flow control)
   bool release_when_sent = true;  // requests release on their reply instead
   bool use_wire_ep = false;       // hello: over the listener connection
   ucp_ep_h ep_override = nullptr;

@@ -132,8 +132,8 @@ bool node_bridge::impl::admit(peer_state& peer, const frame_header& h, size_t le
           std::to_string(config.credit_frames) + " frames)";
   } else if (peer.window_frames > 0 && peer.window_bytes + bytes > config.credit_bytes) {
     why = "frame seq " + std::to_string(h.seq) + " of " + std::to_string(bytes) +
-          " bytes exceeds the credit window (" + std::to_string(peer.window_bytes) +
-          " bytes in " + std::to_string(peer.window_frames) + " frames not yet credited, window " +
+          " bytes exceeds the credit window (" + std::to_string(peer.window_bytes) + " bytes in " +
+          std::to_string(peer.window_frames) + " frames not yet credited, window " +
           std::to_string(config.credit_bytes) + " bytes)";
   }
   if (!why.empty()) {

@@ -138,8 +138,7 @@ TEST(Catalogue, TransportCountersPerPeer) {
   ASSERT_NE(find(families, "strata_transport_window_peak_frames"), nullptr);
   EXPECT_EQ(find(families, "strata_transport_window_peak_frames")->metric[0].gauge.value, 9);
   ASSERT_NE(find(families, "strata_transport_window_violations_total"), nullptr);
-  EXPECT_EQ(find(families, "strata_transport_window_violations_total")->metric[1].counter.value,
-            1);
+  EXPECT_EQ(find(families, "strata_transport_window_violations_total")->metric[1].counter.value, 1);
   EXPECT_EQ(find(to_families(sample()), "strata_transport_peer_up"), nullptr);  // no transport
 }
 

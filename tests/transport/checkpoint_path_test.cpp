@@ -98,8 +98,8 @@ TEST(CheckpointPath, APeerCannotNameTheDirectoryAShardWrites) {
   exported_shard n(dir.path(), root);
 
   // The old shape: epoch, then a directory of the sender's choosing.
-  auto refused = n.ask(frame_type::shard_checkpoint,
-                       encode_payload(uint64_t{1}, elsewhere.string()));
+  auto refused =
+      n.ask(frame_type::shard_checkpoint, encode_payload(uint64_t{1}, elsewhere.string()));
   ASSERT_EQ(refused.header.type, frame_type::reply_error)
       << "a shard_checkpoint naming a directory was accepted";
   const auto text = error_text(refused);
@@ -136,8 +136,8 @@ TEST(CheckpointPath, TheDecoderRefusesAShardCheckpointPayloadWithAPath) {
 TEST(CheckpointPath, AShardWithoutACheckpointRootRefusesACut) {
   temp_dir dir;
   strata::testing::actor_harness h;
-  auto sc = strata::testing::test_shard_config(dir.path(), 3, strata::testing::exact_sum_table(2),
-                                               16);
+  auto sc =
+      strata::testing::test_shard_config(dir.path(), 3, strata::testing::exact_sum_table(2), 16);
   auto shard = actors::spawn_shard(h.system(), sc);
   ASSERT_TRUE(shard) << shard.err().to_string();
   auto a = h.ask<actors::ok_atom>(*shard, actors::checkpoint_atom::value, uint64_t{2});

@@ -162,11 +162,10 @@ TEST(FlowControl, FramesWaitingForCreditAtAStopStillArrive) {
   for (int i = 0; i < n; ++i)
     ASSERT_TRUE(p.a->send("b", frame_type::sink, 1, std::vector<std::byte>(64, std::byte(i))));
   p.a->stop();
-  ASSERT_TRUE(p.b_in.wait_for(n, 30s)) << "frames lost at the stop: " << p.b_in.frames.size()
-                                       << " of " << n << " arrived";
+  ASSERT_TRUE(p.b_in.wait_for(n, 30s))
+      << "frames lost at the stop: " << p.b_in.frames.size() << " of " << n << " arrived";
   std::lock_guard lock(p.b_in.mu);
-  for (int i = 0; i < n; ++i)
-    EXPECT_EQ(p.b_in.frames[i].header.seq, static_cast<uint64_t>(i + 1));
+  for (int i = 0; i < n; ++i) EXPECT_EQ(p.b_in.frames[i].header.seq, static_cast<uint64_t>(i + 1));
 }
 
 // A peer that ignores credits (here: sends a frame numbered far beyond
