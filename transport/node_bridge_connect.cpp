@@ -174,8 +174,8 @@ void node_bridge::impl::fail_connect(uint64_t id, const std::string& reason, err
   {
     std::lock_guard lock(mu_);
     op->done = true;
-    op->failure =
-        error(code, "cannot connect to " + op->host + ":" + std::to_string(op->port) + ": " + reason);
+    op->failure = error(
+        code, "cannot connect to " + op->host + ":" + std::to_string(op->port) + ": " + reason);
   }
   cv_.notify_all();
 }

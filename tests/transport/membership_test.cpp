@@ -128,11 +128,11 @@ TEST(Membership, MembersWithTheSecretConnectAndNoFrameIsDropped) {
 
 // What the attacker is in each case.
 struct attack {
-  std::string name;       // the case
-  std::string claimed;    // the node name its hello claims
-  auth::secret key;       // the secret it proves with
-  bool replay = false;    // replays a recorded hello of member n1
-  std::string log_reason; // what the node logs about its hello
+  std::string name;        // the case
+  std::string claimed;     // the node name its hello claims
+  auth::secret key;        // the secret it proves with
+  bool replay = false;     // replays a recorded hello of member n1
+  std::string log_reason;  // what the node logs about its hello
 };
 
 TEST(Membership, ANonMemberCannotGetOneFrameAccepted) {
@@ -212,7 +212,8 @@ TEST(Membership, ANonMemberCannotGetOneFrameAccepted) {
     ASSERT_TRUE(eventually([&] { return !attacker->is_up(*target); }))
         << "the node kept the connection open";
     attacker.reset();
-    const std::string log = ::getenv("MEMBERSHIP_DEBUG") ? std::string() : ::testing::internal::GetCapturedStderr();
+    const std::string log =
+        ::getenv("MEMBERSHIP_DEBUG") ? std::string() : ::testing::internal::GetCapturedStderr();
     refused_before = n0->stats().refused_handshakes;
     const auto s = n0->stats();
     EXPECT_GT(s.unauthenticated_frames, dropped_before) << "no frame was dropped";

@@ -76,10 +76,11 @@ TEST(NodeMembership, ANonMemberCannotPushIntoAStrataNode) {
   push.epoch = 1;
   int sent = 0;
   for (int i = 0; i < 40; ++i) {
-    const auto type = i % 10 == 9 ? transport::frame_type::shard_checkpoint
-                                  : transport::frame_type::shard_push;
-    auto payload = type == transport::frame_type::shard_push ? transport::encode_payload(push)
-                                                             : transport::encode_payload(uint64_t{7});
+    const auto type =
+        i % 10 == 9 ? transport::frame_type::shard_checkpoint : transport::frame_type::shard_push;
+    auto payload = type == transport::frame_type::shard_push
+                       ? transport::encode_payload(push)
+                       : transport::encode_payload(uint64_t{7});
     if (!(*attacker)->send(*target, type, static_cast<uint32_t>(i % 2), std::move(payload))) break;
     ++sent;
   }
