@@ -202,6 +202,12 @@ namespace {
 constexpr std::string_view acceptor_context = "strata-node-hello-v1/acceptor";
 constexpr std::string_view connector_context = "strata-node-hello-v1/connector";
 
+// Text from the other side (names, reasons) as this node's messages show
+// it: cut to `limit` characters, so that a stranger cannot fill the log.
+std::string shown(const std::string& text, size_t limit = 64) {
+  return text.size() <= limit ? text : text.substr(0, limit) + "...";
+}
+
 bool to_nonce(const std::vector<uint8_t>& bytes, auth::nonce& out) {
   if (bytes.size() != out.size()) return false;
   std::copy(bytes.begin(), bytes.end(), out.begin());
@@ -254,21 +260,27 @@ bool node_bridge::impl::proof_holds(const hello_payload& hello, const ep_context
 
 std::string node_bridge::impl::admitted_problem(const std::string& name) const {
   if (name.empty()) return "no node name";
-  if (name == config.node_name) return "it claims this node's own name '" + name + "'";
+  if (name == config.node_name) return "it claims this node's own name '" + shown(name) + "'";
   if (config.admitted_nodes.empty()) return {};
   for (const auto& n : config.admitted_nodes)
     if (n == name) return {};
   std::string list;
   for (const auto& n : config.admitted_nodes) list += (list.empty() ? "" : ", ") + n;
-  return "node '" + name + "' is not a member (the manifest's nodes: " + list + ")";
+  return "node '" + shown(name) + "' is not a member (the manifest's nodes: " + list + ")";
 }
 
 void node_bridge::impl::refuse(ep_context* ctx, uint64_t request_id, const std::string& claimed,
                                const std::string& reason) {
-  ++refused_handshakes;
+  const uint64_t n = ++refused_handshakes;
   const std::string from = ctx && !ctx->address.empty() ? ctx->address : "an unknown address";
-  log("hello from " + from + ": " + reason + "; refused");
-  if (!claimed.empty()) {
+  // Every refusal up to 16, then at powers of two: a flood of hellos
+  // cannot flood the log.
+  if (n <= 16 || (n & (n - 1)) == 0)
+    log("hello from " + from + ": " + reason + "; refused" +
+        (n > 16 ? " (" + std::to_string(n) + " refused so far)" : std::string()));
+  // Remembered for wait_for_peer's error under member names only: a
+  // stranger's made-up names must not grow the map.
+  if (!claimed.empty() && !config.admitted_nodes.empty() && admitted_problem(claimed).empty()) {
     std::lock_guard lock(mu_);
     refusals_[claimed] = "refused a hello from " + from + ": " + reason;
   }
@@ -338,12 +350,17 @@ void node_bridge::impl::handle_hello(const frame_header& h, std::span<const std:
     case frame_type::hello_welcome:
       return on_hello_welcome(ctx, h, std::move(hello));
     case frame_type::hello_refused: {
+      // Once per connection, and only during its hello exchange (a
+      // connection that refused or was refused closes; a member's refusal
+      // after the exchange means nothing).
+      if (ctx->step == hello_step::done || ctx->step == hello_step::refused) return;
       ++refused_handshakes;
       const std::string from = ctx->address.empty() ? "an unknown address" : ctx->address;
-      const std::string reason =
-          "refused by node '" + hello.name + "' at " + from + ": " + hello.refusal;
+      const std::string reason = "refused by node '" + shown(hello.name) + "' at " + from + ": " +
+                                 shown(hello.refusal, 400);
       log(reason);
-      if (!ctx->their.name.empty()) {
+      if (!ctx->their.name.empty() && !config.admitted_nodes.empty() &&
+          admitted_problem(ctx->their.name).empty()) {
         std::lock_guard lock(mu_);
         refusals_[ctx->their.name] = "was " + reason;
       }
@@ -365,8 +382,9 @@ void node_bridge::impl::on_hello(ep_context* ctx, const frame_header& h, hello_p
   if (auto problem = admitted_problem(hello.name); !problem.empty())
     return refuse(ctx, h.request_id, hello.name, problem);
   if (!to_nonce(hello.nonce, ctx->their_nonce))
-    return refuse(ctx, h.request_id, hello.name,
-                  "node '" + hello.name + "' sent no challenge (a node of another version?)");
+    return refuse(
+        ctx, h.request_id, hello.name,
+        "node '" + shown(hello.name) + "' sent no challenge (a node of another version?)");
   auto own = auth::fresh_nonce();
   if (!own) return refuse(ctx, h.request_id, hello.name, own.err().message());
   ctx->own_nonce = *own;
@@ -389,13 +407,14 @@ void node_bridge::impl::on_hello_ack(ep_context* ctx, const frame_header& h, hel
   if (auto problem = admitted_problem(hello.name); !problem.empty())
     return refuse(ctx, h.request_id, hello.name, problem);
   if (!to_nonce(hello.nonce, ctx->their_nonce))
-    return refuse(ctx, h.request_id, hello.name,
-                  "node '" + hello.name + "' sent no challenge (a node of another version?)");
+    return refuse(
+        ctx, h.request_id, hello.name,
+        "node '" + shown(hello.name) + "' sent no challenge (a node of another version?)");
   ctx->their = hello;
   ctx->their.worker_address.clear();
   if (!proof_holds(hello, *ctx, /*from_acceptor=*/true))
     return refuse(ctx, h.request_id, hello.name,
-                  "wrong proof for node '" + hello.name +
+                  "wrong proof for node '" + shown(hello.name) +
                       "' (it does not hold this cluster's secret: the nodes' cluster_secret "
                       "files differ)");
   ctx->step = hello_step::proof_sent;
@@ -412,16 +431,17 @@ void node_bridge::impl::on_hello_proof(ep_context* ctx, const frame_header& h,
     return refuse(ctx, h.request_id, hello.name, "hello_proof before hello");
   const std::string claimed = ctx->their.name;
   if (hello.name != claimed)
-    return refuse(ctx, h.request_id, claimed,
-                  "hello_proof names node '" + hello.name + "', its hello '" + claimed + "'");
+    return refuse(
+        ctx, h.request_id, claimed,
+        "hello_proof names node '" + shown(hello.name) + "', its hello '" + shown(claimed) + "'");
   if (!proof_holds(hello, *ctx, /*from_acceptor=*/false))
     return refuse(ctx, h.request_id, claimed,
-                  "wrong proof for node '" + claimed +
+                  "wrong proof for node '" + shown(claimed) +
                       "' (it does not hold this cluster's secret: a non-member, a replayed "
                       "hello, or the nodes' cluster_secret files differ)");
   auto* peer = add_peer(ctx->their, ctx->their.node_id);
   if (peer == nullptr)
-    return refuse(ctx, h.request_id, "", "node '" + claimed + "' is already connected");
+    return refuse(ctx, h.request_id, "", "node '" + shown(claimed) + "' is already connected");
   {
     std::lock_guard lock(mu_);
     refusals_.erase(claimed);

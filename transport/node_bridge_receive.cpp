@@ -77,6 +77,9 @@ void node_bridge::impl::received(const void* header, size_t header_length, void*
   if (!h) return reject(peer, h.err().message());
   if (handshake) {
     if (rndv) return reject(nullptr, "hello by rendezvous");
+    // A hello is a few hundred bytes: a larger one is refused unread.
+    if (length > 64 * 1024)
+      return reject(nullptr, "hello of " + std::to_string(length) + " bytes (at most 65536)");
     std::vector<std::byte> payload(static_cast<std::byte*>(data),
                                    static_cast<std::byte*>(data) + length);
     if (auto s = check_payload(*h, payload); !s) return reject(nullptr, s.err().message());

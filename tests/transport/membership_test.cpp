@@ -12,6 +12,7 @@
 // sends its frames as soon as its hello left, and its proof whatever it got.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -21,7 +22,9 @@
 #include <thread>
 #include <vector>
 
+#include "transport/codec.hpp"
 #include "transport/node_bridge.hpp"
+#include "transport/payloads.hpp"
 
 namespace strata::transport {
 namespace {
@@ -263,6 +266,45 @@ TEST(Membership, AConnectionThatNeverFinishesItsHelloIsClosed) {
   EXPECT_GE(s.unauthenticated_frames, 1u);
   EXPECT_TRUE(s.peers.empty());
   EXPECT_EQ(in0.size(), 0u);
+}
+
+// A stranger that keeps connecting under made-up 10 KB names cannot fill
+// the node's log: every refusal up to 16 is logged, then at powers of two,
+// and names are cut to 64 characters.
+TEST(Membership, AFloodOfRefusedHellosCannotFloodTheLog) {
+  auto n0 = start(config("n0", cluster_key), nullptr);
+  ASSERT_TRUE(n0);
+  int attempt = 0;
+  auto ca = config("x", other_key);
+  ca.outgoing_control = [&attempt](frame_type type, std::vector<std::byte>& payload) {
+    if (type != frame_type::hello) return;
+    hello_payload hello;
+    ASSERT_TRUE(decode_payload(payload, hello));
+    hello.name = "stranger-" + std::to_string(attempt++) + std::string(10000, 'z');
+    payload = encode_payload(hello);
+  };
+  ::testing::internal::CaptureStderr();
+  auto stranger = start(ca, nullptr);
+  ASSERT_TRUE(stranger);
+  constexpr int n = 40;
+  for (int i = 0; i < n; ++i) {
+    auto r = stranger->connect("127.0.0.1", n0->port(), 30s);
+    ASSERT_FALSE(r);
+    EXPECT_EQ(r.err().code(), errc::invalid_argument) << r.err().to_string();
+  }
+  ASSERT_TRUE(eventually([&] { return n0->stats().refused_handshakes >= n; }));
+  stranger.reset();
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  size_t lines = 0, longest = 0, at = 0;
+  while ((at = log.find("strata transport [n0]: hello from", at)) != std::string::npos) {
+    const auto end = log.find('\n', at);
+    longest = std::max(longest, (end == std::string::npos ? log.size() : end) - at);
+    ++lines;
+    ++at;
+  }
+  EXPECT_EQ(lines, 16u + 1u) << "16 refusals, then the 32nd";  // 17..40: only 32
+  EXPECT_LT(longest, 400u) << "a made-up name went into the log whole";
+  EXPECT_TRUE(n0->peers().empty());
 }
 
 TEST(Membership, ANodeWithAnotherSecretIsRefusedNamingWhyOnBothSides) {
