@@ -286,6 +286,7 @@ void node_bridge::impl::refuse(ep_context* ctx, uint64_t request_id, const std::
   }
   if (ctx == nullptr) return;
   ctx->step = hello_step::refused;
+  ctx->their = hello_payload{};  // a closed context stays (small): not what a stranger sent
   if (ctx->connect != 0) fail_connect(ctx->connect, reason, errc::invalid_argument);
   hello_payload why;
   why.refusal = reason;
