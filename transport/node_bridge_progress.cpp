@@ -155,6 +155,16 @@ void node_bridge::impl::shutdown() {
   for (auto* p : live)
     send_control(p->ep, frame_type::goodbye, 0, false, static_cast<int>(p->index));
   while (sends_in_flight > 0 && clock::now() < deadline) ucp_worker_progress(worker);
+  // Sent is not delivered: frames by worker address can still sit in
+  // shared memory when the listener connection's close reaches the peer,
+  // which then drops them as late. Wait (same deadline) until the peer
+  // credited every frame, or closed its side after our goodbye.
+  auto undelivered = [&] {
+    for (auto* p : live)
+      if (!p->down && p->acked < p->last_posted_seq) return true;
+    return false;
+  };
+  while (undelivered() && clock::now() < deadline) ucp_worker_progress(worker);
   for (auto& c : ep_contexts) schedule_close(c.get());
   close_scheduled();
   const auto close_deadline = clock::now() + std::chrono::milliseconds(200);
