@@ -213,6 +213,29 @@ status frame_socket::read_payload(uint32_t length, std::vector<std::byte>& paylo
   return {};
 }
 
+namespace {
+// Reads `count` elements into `v`. Memory it already holds is used at
+// once; beyond that it grows with the bytes that arrive (64 KiB, then
+// doubling), not with what the header claims.
+template <class T>
+boost::system::error_code read_growing(tcp::socket& socket, std::vector<T>& v, size_t count) {
+  boost::system::error_code ec;
+  size_t have = 0;
+  if (v.capacity() >= count) {
+    v.resize(count);
+    have = count;
+    asio::read(socket, asio::buffer(v.data(), count * sizeof(T)), ec);
+  }
+  while (!ec && have < count) {
+    const size_t step = std::min(count - have, std::max(have, (64 * 1024) / sizeof(T)));
+    v.resize(have + step);
+    asio::read(socket, asio::buffer(v.data() + have, step * sizeof(T)), ec);
+    have += step;
+  }
+  return ec;
+}
+}  // namespace
+
 status frame_socket::receive_rows_into(frame& out, rows_reply& rows, uint32_t max_payload) {
   std::array<std::byte, header_bytes> head;
   boost::system::error_code ec;
@@ -247,11 +270,8 @@ status frame_socket::receive_rows_into(frame& out, rows_reply& rows, uint32_t ma
     return fail(std::to_string(n) + " rows of dim " + std::to_string(dim) + " need " +
                 std::to_string(want) + " bytes, the frame has " + std::to_string(header->length));
   rows.dim = counts[0];
-  rows.versions.resize(n);
-  rows.weights.resize(n * dim);
-  const std::array<asio::mutable_buffer, 2> parts = {
-      asio::buffer(rows.versions.data(), n * 8), asio::buffer(rows.weights.data(), n * dim * 4)};
-  asio::read(*impl_->s, parts, ec);
+  ec = read_growing(*impl_->s, rows.versions, n);
+  if (!ec) ec = read_growing(*impl_->s, rows.weights, n * dim);
   if (ec) return error(errc::unavailable, impl_->peer + ": receive failed: " + ec.message());
   uint32_t crc = crc32c(counts, sizeof counts);
   crc = crc32c_extend(crc, rows.versions.data(), n * 8);

@@ -243,5 +243,42 @@ TEST(HostileBinaryPort, RepliesOverTheCapAreRefusedBeforeTheyAreBuilt) {
   EXPECT_TRUE(normal->request());
 }
 
+// The client side of the same rule: a rows reply whose header claims
+// 240 MB (counts consistent with its length) and then sends nothing costs
+// the client what arrived, not the claim (it used to resize both arrays
+// to the claim before reading).
+TEST(HostileServer, ARowsHeaderClaiming240MBAllocatesWhatArrives) {
+  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(listener, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::listen(listener, 1), 0);
+  ASSERT_EQ(::getsockname(listener, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  auto client = wire::frame_socket::connect({"127.0.0.1", ntohs(a.sin_port)}, 1500ms);
+  ASSERT_TRUE(client.has_value());
+  const int server = ::accept(listener, nullptr, nullptr);
+  ASSERT_GE(server, 0);
+  const uint32_t n = 6'000'000, dim = 8;
+  auto head = hostile::header_claiming(wire::frame_type::rows, 8 + n * 8 + n * dim * 4);
+  uint32_t counts[2] = {dim, n};
+  ASSERT_EQ(::send(server, head.data(), head.size(), 0), ssize_t(head.size()));
+  ASSERT_EQ(::send(server, counts, sizeof counts, 0), ssize_t(sizeof counts));
+  const std::vector<uint64_t> some(1000, 7);  // 8000 bytes of versions, then the end
+  ASSERT_EQ(::send(server, some.data(), 8000, 0), 8000);
+  ::shutdown(server, SHUT_WR);
+  const uint64_t hwm_before = hostile::proc_status("VmHWM");
+  wire::frame out;
+  wire::rows_reply rows;
+  auto got = client->receive_rows_into(out, rows);
+  EXPECT_FALSE(got.has_value()) << "the stream ended inside the rows";
+  const uint64_t grew_mib = (hostile::proc_status("VmHWM") - hwm_before) / 1024;
+  EXPECT_LT(grew_mib, 16u) << "peak RSS grew by " << grew_mib << " MiB for 8 KB that arrived";
+  ::close(server);
+  ::close(listener);
+}
+
 }  // namespace
 }  // namespace strata::serving
