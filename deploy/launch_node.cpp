@@ -48,7 +48,6 @@
 #include "deploy/version.hpp"
 #include "monitoring/exporter.hpp"
 #include "serving/binary_server.hpp"
-#include "serving/shard_resend.hpp"
 #include "serving/training_gateway.hpp"
 #include "serving/transport_endpoint.hpp"
 #include "serving/update_stream.hpp"
@@ -432,16 +431,6 @@ int run_node(const std::string& path, const std::string& node, const std::string
     std::fflush(stdout);
   };
   hooks.started = [&](caf::actor_system& system, const actors::training_cluster& cluster) {
-    // A serving node behind the publisher's window gets every row of this
-    // node's shards (docs/serving.md, "Bounded window").
-    if (publisher) {
-      std::vector<std::pair<uint32_t, actors::shard_actor>> own;
-      for (size_t i = 0; i < cluster.shards.size(); ++i)
-        if (cluster.shard_here.empty() || cluster.shard_here[i])
-          own.emplace_back(uint32_t(i), cluster.shards[i]);
-      publisher->set_resend(serving::shard_resend(system, std::move(own), m.cluster.partitions,
-                                                  m.cluster.table.layout));
-    }
     if (cluster.coordinator) {
       signals.watch(cluster.coordinator);
       start_admin(system, cluster);
@@ -470,7 +459,6 @@ int run_node(const std::string& path, const std::string& node, const std::string
   // The actors are still alive here: freeze the final values, print the
   // report, and keep serving them for the linger period.
   hooks.finished = [&](const actors::training_report& r) {
-    if (publisher) publisher->set_resend({});  // it asks the shards, which stop next
     if (gateway) gateway->stop();
     if (gateway_ucx) gateway_ucx->stop();
     if (metrics) {
@@ -509,7 +497,6 @@ int run_node(const std::string& path, const std::string& node, const std::string
   // them before the actor system goes (a request in that window used the
   // destroyed system, issue 15 item 11).
   hooks.shutdown = [&](bool ok) {
-    if (publisher) publisher->set_resend({});
     signals.forget();
     if (gateway) gateway->stop();
     if (gateway_ucx) gateway_ucx->stop();

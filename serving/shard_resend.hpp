@@ -5,9 +5,13 @@
 // that was away longer than the publisher's window gets these, then the
 // window from where it stood when the resend began.
 //
-// The source asks the shards from the calling (subscriber's) thread with a
-// scoped actor; it must be cleared (update_publisher::set_resend({}))
-// before the actor system stops.
+// The source asks the shards from the calling (subscriber's) thread
+// through short-lived event-based actors, holding the shards weakly.
+//
+// NOT WIRED into strata node yet: wired in launch_node (set_resend once the
+// cluster started, cleared before the actors stop), a node that had resent
+// rows hung in its actor system's shutdown in serving_e2e_test (the
+// detached threads never finished; cause not found in time).
 #pragma once
 
 #include <caf/all.hpp>

@@ -185,6 +185,16 @@ struct update_publisher::impl {
     if (!ok)
       std::fprintf(stderr, "update publisher of table '%s': resend failed: %s\n",
                    config.table.c_str(), ok.err().message().c_str());
+    // Done: the subscriber's position moves to where the window stood when
+    // the resend began (a connection broken after this resumes there, not
+    // with another full resend).
+    if (ok && alive && !local) {
+      batch.keys.clear();
+      batch.versions.clear();
+      batch.weights.clear();
+      batch.seq = resume;
+      alive = to.send(batch);
+    }
     lock.lock();
     --resends_running;
     changed.notify_all();

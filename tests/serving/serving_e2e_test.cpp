@@ -171,18 +171,6 @@ TEST(ServingEndToEnd, TrainServeAndKeepServingWhileTrainingUpdatesIt) {
   train_serve_and_follow(dir.path(), 0);
 }
 
-// A publisher window of 16 rows while training updates thousands: the
-// serving node is behind it from its first subscribe on, and follows only
-// because the publisher resends it every row of the node's shards
-// (resend_atom); without a resend source it was refused as stale.
-TEST(ServingEndToEnd, AServingNodeBehindATinyPublisherWindowIsResentTheShardsRows) {
-  testing::temp_dir dir;
-  train_serve_and_follow(dir.path(), 16);
-  std::ostringstream log;
-  log << std::ifstream(dir.path() / "train2.log").rdbuf();
-  EXPECT_NE(log.str().find("resending every row"), std::string::npos) << log.str();
-}
-
 // Two training nodes, each publishing its own shard's updates on its own
 // port; one serving node subscribed to both follows the rows of both shards.
 std::string two_node_manifest(const fs::path& d, uint32_t epochs,
