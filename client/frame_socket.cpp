@@ -1,6 +1,8 @@
 #include "client/frame_socket.hpp"
 
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <sys/time.h>
@@ -63,6 +65,32 @@ expected<endpoint> parse_endpoint(const std::string& text) {
 }
 
 namespace {
+// Reads exactly `n` bytes with recv() on the blocking descriptor, so that
+// SO_RCVTIMEO bounds each wait: asio's synchronous read retries a timed
+// out recv with an unbounded poll, and the timeout never fired.
+boost::system::error_code read_exact(tcp::socket& socket, void* data, size_t n) {
+  auto* p = static_cast<char*>(data);
+  size_t done = 0;
+  while (done < n) {
+    const ssize_t got = ::recv(socket.native_handle(), p + done, n - done, 0);
+    if (got > 0) {
+      done += size_t(got);
+    } else if (got == 0) {
+      return asio::error::eof;
+    } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      // A descriptor in non-blocking mode (asio may have set it) waits for
+      // data as asio did; a blocking one timed out (SO_RCVTIMEO).
+      if (!(::fcntl(socket.native_handle(), F_GETFL) & O_NONBLOCK))
+        return asio::error::timed_out;
+      pollfd p{socket.native_handle(), POLLIN, 0};
+      (void)::poll(&p, 1, -1);
+    } else if (errno != EINTR) {
+      return boost::system::error_code(errno, boost::system::system_category());
+    }
+  }
+  return {};
+}
+
 void set_timeout(int fd, std::chrono::milliseconds timeout) {
   timeval tv{};
   tv.tv_sec = static_cast<time_t>(timeout.count() / 1000);
@@ -170,7 +198,7 @@ expected<frame> frame_socket::receive(uint32_t max_payload) {
 status frame_socket::receive_into(frame& out, uint32_t max_payload) {
   std::array<std::byte, header_bytes> head;
   boost::system::error_code ec;
-  asio::read(*impl_->s, asio::buffer(head.data(), head.size()), ec);
+  ec = read_exact(*impl_->s, head.data(), head.size());
   if (ec) return error(errc::unavailable, impl_->peer + ": receive failed: " + ec.message());
   auto header = parse_header(std::span<const std::byte, header_bytes>(head), max_payload);
   if (!header) return error(header.err().code(), impl_->peer + ": " + header.err().message());
@@ -206,7 +234,7 @@ status frame_socket::read_payload(uint32_t length, std::vector<std::byte>& paylo
     }
     payload.resize(have + step);
     boost::system::error_code ec;
-    asio::read(*impl_->s, asio::buffer(payload.data() + have, step), ec);
+    ec = read_exact(*impl_->s, payload.data() + have, step);
     if (ec) return error(errc::unavailable, impl_->peer + ": receive failed: " + ec.message());
     have += step;
   }
@@ -224,12 +252,12 @@ boost::system::error_code read_growing(tcp::socket& socket, std::vector<T>& v, s
   if (v.capacity() >= count) {
     v.resize(count);
     have = count;
-    asio::read(socket, asio::buffer(v.data(), count * sizeof(T)), ec);
+    ec = read_exact(socket, v.data(), count * sizeof(T));
   }
   while (!ec && have < count) {
     const size_t step = std::min(count - have, std::max(have, (64 * 1024) / sizeof(T)));
     v.resize(have + step);
-    asio::read(socket, asio::buffer(v.data() + have, step * sizeof(T)), ec);
+    ec = read_exact(socket, v.data() + have, step * sizeof(T));
     have += step;
   }
   return ec;
@@ -239,7 +267,7 @@ boost::system::error_code read_growing(tcp::socket& socket, std::vector<T>& v, s
 status frame_socket::receive_rows_into(frame& out, rows_reply& rows, uint32_t max_payload) {
   std::array<std::byte, header_bytes> head;
   boost::system::error_code ec;
-  asio::read(*impl_->s, asio::buffer(head.data(), head.size()), ec);
+  ec = read_exact(*impl_->s, head.data(), head.size());
   if (ec) return error(errc::unavailable, impl_->peer + ": receive failed: " + ec.message());
   auto header = parse_header(std::span<const std::byte, header_bytes>(head), max_payload);
   if (!header) return error(header.err().code(), impl_->peer + ": " + header.err().message());
@@ -257,7 +285,7 @@ status frame_socket::receive_rows_into(frame& out, rows_reply& rows, uint32_t ma
   out.payload.clear();
   if (header->length < 8) return fail("truncated at byte 0 (field 'dim')");
   uint32_t counts[2];
-  asio::read(*impl_->s, asio::buffer(counts, sizeof counts), ec);
+  ec = read_exact(*impl_->s, counts, sizeof counts);
   if (ec) return error(errc::unavailable, impl_->peer + ": receive failed: " + ec.message());
   const uint64_t n = counts[1], dim = counts[0];
   // n is bounded by the frame first, so n * dim * 4 cannot wrap around to

@@ -280,5 +280,38 @@ TEST(HostileServer, ARowsHeaderClaiming240MBAllocatesWhatArrives) {
   ::close(listener);
 }
 
+// A client's receive timeout holds against a server that accepts and
+// never answers (asio's synchronous read turned SO_RCVTIMEO into an
+// endless wait: frame_socket::connect's timeout never fired).
+TEST(HostileServer, AClientsReceiveTimeoutFiresAgainstASilentServer) {
+  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(listener, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::listen(listener, 1), 0);
+  ASSERT_EQ(::getsockname(listener, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  auto client = wire::frame_socket::connect({"127.0.0.1", ntohs(a.sin_port)}, 300ms);
+  ASSERT_TRUE(client.has_value());
+  const int server = ::accept(listener, nullptr, nullptr);
+  ASSERT_GE(server, 0);
+  std::atomic<bool> returned{false};
+  std::string why;
+  std::thread reader([&] {
+    auto got = client->receive();
+    why = got ? "a frame" : got.err().message();
+    returned = true;
+  });
+  for (int i = 0; i < 500 && !returned; ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_TRUE(returned) << "receive with a 300 ms timeout still blocked after 5 s";
+  if (!returned) client->close();  // unblocks it either way
+  reader.join();
+  EXPECT_NE(why.find("timed out"), std::string::npos) << why;
+  ::close(server);
+  ::close(listener);
+}
+
 }  // namespace
 }  // namespace strata::serving
