@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <stdexcept>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -46,20 +47,10 @@ struct node {
   explicit node(service_limits limits = {4096}, connection_settings settings = small_settings(),
                 size_t max_body = 16u << 20) {
     rows = testing::write_test_checkpoint(dir.path() / "ckpt", "ads", dim, 500, 1);
-    serving_store_config c;
-    c.table = "ads";
-    c.dim = dim;
-    c.partitions = 64;
-    c.lmdb_path = dir.path() / "serving";
-    c.dram_bytes =
-        dram_tier::budget_for_rows({dim, optimizer_kind::sgd, false}, eviction_policy::lru, 500);
-    auto store = serving_store::open(
-        c, std::make_unique<cpu_cache>(row_layout{dim, optimizer_kind::sgd, false},
-                                       cache_geometry{8, 1}));
-    EXPECT_TRUE(store.has_value());
-    EXPECT_TRUE((*store)->load_checkpoint(dir.path() / "ckpt").has_value());
+    auto store = testing::open_test_store(dir.path(), dim);
+    if (!store) throw std::runtime_error("the test store did not open (see above)");
     service = std::make_unique<serving_service>(limits);
-    service->add_table(std::move(*store));
+    service->add_table(std::move(store));
     binary = std::make_unique<binary_server>(*service, settings);
     EXPECT_TRUE(binary->start("127.0.0.1", 0).has_value());
     http = std::make_unique<http_server>(*service, max_body, settings);

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
+#include <stdexcept>
 #include <thread>
 
 #include "client/client.hpp"
@@ -60,20 +61,10 @@ struct node {
 
   node() {
     rows = testing::write_test_checkpoint(dir.path() / "ckpt", "ads", dim, 2000, 2);
-    serving_store_config c;
-    c.table = "ads";
-    c.dim = dim;
-    c.partitions = 64;
-    c.lmdb_path = dir.path() / "serving";
-    c.dram_bytes =
-        dram_tier::budget_for_rows({dim, optimizer_kind::sgd, false}, eviction_policy::lru, 500);
-    auto store = serving_store::open(
-        c, std::make_unique<cpu_cache>(row_layout{dim, optimizer_kind::sgd, false},
-                                       cache_geometry{8, 1}));
-    EXPECT_TRUE(store.has_value());
-    EXPECT_TRUE((*store)->load_checkpoint(dir.path() / "ckpt").has_value());
+    auto store = testing::open_test_store(dir.path(), dim);
+    if (!store) throw std::runtime_error("the test store did not open (see above)");
     service = std::make_unique<serving_service>(service_limits{4096});
-    service->add_table(std::move(*store));
+    service->add_table(std::move(store));
     binary = std::make_unique<binary_server>(*service);
     EXPECT_TRUE(binary->start("127.0.0.1", 0).has_value());
     http = std::make_unique<http_server>(*service, 64 * 1024);

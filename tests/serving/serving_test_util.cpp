@@ -7,6 +7,8 @@
 #include "actors/checkpoint.hpp"
 #include "common/file_manifest.hpp"
 #include "common/hash.hpp"
+#include "tiers/cpu_cache.hpp"
+#include "tiers/dram_tier.hpp"
 #include "tiers/lmdb_tier.hpp"
 
 namespace strata::testing {
@@ -84,6 +86,24 @@ std::string serving_manifest(const std::string& table, uint32_t dim, const fs::p
   m += "  lmdb_path: " + (state_dir / "serving-lmdb").string() + "\n";
   m += serving_extra;
   return m;
+}
+
+std::unique_ptr<serving::serving_store> open_test_store(const fs::path& dir, uint32_t dim) {
+  serving::serving_store_config c;
+  c.table = "ads";
+  c.dim = dim;
+  c.partitions = 64;
+  c.lmdb_path = dir / "serving";
+  c.dram_bytes =
+      dram_tier::budget_for_rows({dim, optimizer_kind::sgd, false}, eviction_policy::lru, 500);
+  auto store = serving::serving_store::open(
+      c, std::make_unique<cpu_cache>(row_layout{dim, optimizer_kind::sgd, false},
+                                     cache_geometry{8, 1}));
+  EXPECT_TRUE(store.has_value()) << (store ? "" : store.err().to_string());
+  if (!store) return nullptr;
+  auto loaded = (*store)->load_checkpoint(dir / "ckpt");
+  EXPECT_TRUE(loaded.has_value()) << (loaded ? "" : loaded.err().to_string());
+  return std::move(*store);
 }
 
 }  // namespace strata::testing

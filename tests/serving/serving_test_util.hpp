@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "serving/serving_store.hpp"
 #include "tiers/row.hpp"
 
 namespace strata::testing {
@@ -34,5 +35,11 @@ std::string serving_manifest(const std::string& table, uint32_t dim,
                              const std::filesystem::path& checkpoint,
                              const std::filesystem::path& state_dir, uint32_t partitions,
                              const std::string& serving_extra = "");
+
+// Opens a serving store of table "ads" (dim `dim`, 64 partitions, an SGD
+// CPU cache of 8 x 1 slabs, DRAM for 500 rows) at dir/serving and loads the
+// checkpoint dir/ckpt into it; failures are test failures (null returned).
+std::unique_ptr<serving::serving_store> open_test_store(const std::filesystem::path& dir,
+                                                        uint32_t dim);
 
 }  // namespace strata::testing

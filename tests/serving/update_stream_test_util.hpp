@@ -10,6 +10,7 @@
 #include <boost/asio.hpp>
 #include <chrono>
 #include <memory>
+#include <stdexcept>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -51,20 +52,10 @@ struct served {
 
   served() {
     rows = testing::write_test_checkpoint(dir.path() / "ckpt", "ads", dim, 2000, 2);
-    serving_store_config c;
-    c.table = "ads";
-    c.dim = dim;
-    c.partitions = 64;
-    c.lmdb_path = dir.path() / "serving";
-    c.dram_bytes =
-        dram_tier::budget_for_rows({dim, optimizer_kind::sgd, false}, eviction_policy::lru, 500);
-    auto store = serving_store::open(
-        c, std::make_unique<cpu_cache>(row_layout{dim, optimizer_kind::sgd, false},
-                                       cache_geometry{8, 1}));
-    EXPECT_TRUE(store.has_value()) << (store ? "" : store.err().to_string());
-    EXPECT_TRUE((*store)->load_checkpoint(dir.path() / "ckpt").has_value());
+    auto store = testing::open_test_store(dir.path(), dim);
+    if (!store) throw std::runtime_error("the test store did not open (see above)");
     service = std::make_unique<serving_service>(service_limits{1 << 20});
-    service->add_table(std::move(*store));
+    service->add_table(std::move(store));
   }
   lookup_result lookup(std::span<const uint64_t> keys) {
     lookup_result out;
