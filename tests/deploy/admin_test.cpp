@@ -33,17 +33,9 @@ TEST(AdminApi, StatusScaleCheckpointStopOverHttp) {
   const auto config = admin_cluster(dir.path());
   threaded_config cfg;
   caf::actor_system system(cfg);
-  worker_seams seams;
   // Far more data than the test lets it train: only /stop ends the run.
-  seams.batches = [](const worker_config& wc) -> expected<std::shared_ptr<batch_source>> {
-    return std::shared_ptr<batch_source>(
-        std::make_shared<synthetic_batches>(wc.index, 100'000'000, 8, 5, 5000));
-  };
   auto bad_rows = std::make_shared<uint64_t>(0);
-  seams.gradients = [bad_rows](const worker_config&) -> std::shared_ptr<gradient_source> {
-    return std::make_shared<increment_gradients>(dim, bad_rows);
-  };
-  seams.initial_dense = std::vector<float>{};
+  auto seams = admin_seams(bad_rows);
   auto cluster = spawn_training_cluster(system, config, seams);
   ASSERT_TRUE(cluster) << cluster.err().to_string();
 

@@ -66,14 +66,15 @@ inline actors::cluster_config admin_cluster(const std::filesystem::path& dir) {
 
 // Seams for a cluster that trains only when asked: increments as
 // gradients (no model), far more synthetic data than a test trains.
-inline actors::worker_seams admin_seams() {
+// `bad_rows` counts rows the increments found wrong.
+inline actors::worker_seams admin_seams(
+    std::shared_ptr<uint64_t> bad_rows = std::make_shared<uint64_t>(0)) {
   using namespace strata::actors;
   worker_seams seams;
   seams.batches = [](const worker_config& wc) -> expected<std::shared_ptr<batch_source>> {
     return std::shared_ptr<batch_source>(
         std::make_shared<synthetic_batches>(wc.index, 100'000'000, 8, 5, 5000));
   };
-  auto bad_rows = std::make_shared<uint64_t>(0);
   seams.gradients = [bad_rows](const worker_config&) -> std::shared_ptr<gradient_source> {
     return std::make_shared<increment_gradients>(dim, bad_rows);
   };

@@ -234,21 +234,35 @@ TEST(HostileBinaryPort, RepliesOverTheCapAreRefusedBeforeTheyAreBuilt) {
   EXPECT_TRUE(normal->request());
 }
 
+// A listening TCP socket on 127.0.0.1 (a free port; -1 on failure) for a
+// test that plays the server by hand, and its port.
+int loopback_listener() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(fd, 1) != 0) {
+    if (fd >= 0) ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+uint16_t port_of(int listener) {
+  sockaddr_in a{};
+  socklen_t len = sizeof a;
+  if (::getsockname(listener, reinterpret_cast<sockaddr*>(&a), &len) != 0) return 0;
+  return ntohs(a.sin_port);
+}
+
 // The client side of the same rule: a rows reply whose header claims
 // 240 MB (counts consistent with its length) and then sends nothing costs
 // the client what arrived, not the claim (it used to resize both arrays
 // to the claim before reading).
 TEST(HostileServer, ARowsHeaderClaiming240MBAllocatesWhatArrives) {
-  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  const int listener = loopback_listener();
   ASSERT_GE(listener, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  ASSERT_EQ(::listen(listener, 1), 0);
-  ASSERT_EQ(::getsockname(listener, reinterpret_cast<sockaddr*>(&a), &len), 0);
-  auto client = wire::frame_socket::connect({"127.0.0.1", ntohs(a.sin_port)}, 1500ms);
+  auto client = wire::frame_socket::connect({"127.0.0.1", port_of(listener)}, 1500ms);
   ASSERT_TRUE(client.has_value());
   const int server = ::accept(listener, nullptr, nullptr);
   ASSERT_GE(server, 0);
@@ -275,16 +289,9 @@ TEST(HostileServer, ARowsHeaderClaiming240MBAllocatesWhatArrives) {
 // never answers (asio's synchronous read turned SO_RCVTIMEO into an
 // endless wait: frame_socket::connect's timeout never fired).
 TEST(HostileServer, AClientsReceiveTimeoutFiresAgainstASilentServer) {
-  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  const int listener = loopback_listener();
   ASSERT_GE(listener, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  ASSERT_EQ(::listen(listener, 1), 0);
-  ASSERT_EQ(::getsockname(listener, reinterpret_cast<sockaddr*>(&a), &len), 0);
-  auto client = wire::frame_socket::connect({"127.0.0.1", ntohs(a.sin_port)}, 300ms);
+  auto client = wire::frame_socket::connect({"127.0.0.1", port_of(listener)}, 300ms);
   ASSERT_TRUE(client.has_value());
   const int server = ::accept(listener, nullptr, nullptr);
   ASSERT_GE(server, 0);

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <thread>
 
+#include "tests/transport/inbox.hpp"
 #include "transport/node_bridge.hpp"
 
 namespace strata::transport {
@@ -17,23 +18,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-// Frames a bridge received, in delivery order.
-struct inbox {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::vector<inbound_frame> frames;
-  void add(inbound_frame f) {
-    {
-      std::lock_guard lock(mu);
-      frames.push_back(std::move(f));
-    }
-    cv.notify_all();
-  }
-  bool wait_for(size_t n, std::chrono::milliseconds timeout) {
-    std::unique_lock lock(mu);
-    return cv.wait_for(lock, timeout, [&] { return frames.size() >= n; });
-  }
-};
+using testing::inbox;
 
 struct bridge_pair {
   inbox a_in, b_in;

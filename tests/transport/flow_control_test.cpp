@@ -12,6 +12,7 @@
 #include <mutex>
 #include <thread>
 
+#include "tests/transport/inbox.hpp"
 #include "transport/node_bridge.hpp"
 
 namespace strata::transport {
@@ -19,26 +20,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-// Frames a bridge received, in delivery order; `delay` makes it a slow
-// receiver (the handler runs on the bridge's progress thread).
-struct inbox {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::vector<inbound_frame> frames;
-  std::chrono::microseconds delay{0};
-  void add(inbound_frame f) {
-    if (delay.count() > 0) std::this_thread::sleep_for(delay);
-    {
-      std::lock_guard lock(mu);
-      frames.push_back(std::move(f));
-    }
-    cv.notify_all();
-  }
-  bool wait_for(size_t n, std::chrono::milliseconds timeout) {
-    std::unique_lock lock(mu);
-    return cv.wait_for(lock, timeout, [&] { return frames.size() >= n; });
-  }
-};
+using testing::inbox;
 
 struct pair_of_bridges {
   inbox a_in, b_in;

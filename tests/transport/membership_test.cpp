@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "transport/codec.hpp"
+#include "tests/transport/inbox.hpp"
 #include "transport/node_bridge.hpp"
 #include "transport/payloads.hpp"
 
@@ -40,26 +41,7 @@ auth::secret secret_of(const std::string& text) {
 const auth::secret cluster_key = secret_of("0123456789abcdef0123456789abcdef");
 const auth::secret other_key = secret_of("fedcba9876543210fedcba9876543210");
 
-struct inbox {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::vector<inbound_frame> frames;
-  void add(inbound_frame f) {
-    {
-      std::lock_guard lock(mu);
-      frames.push_back(std::move(f));
-    }
-    cv.notify_all();
-  }
-  bool wait_for(size_t n, std::chrono::milliseconds timeout) {
-    std::unique_lock lock(mu);
-    return cv.wait_for(lock, timeout, [&] { return frames.size() >= n; });
-  }
-  size_t size() {
-    std::lock_guard lock(mu);
-    return frames.size();
-  }
-};
+using testing::inbox;
 
 bridge_config config(const std::string& name, const auth::secret& key,
                      bool address_exchange = true) {
