@@ -56,7 +56,11 @@ void node_bridge::impl::close_scheduled() {
     if (ctx->ep == nullptr) continue;
     ucp_request_param_t p{};
     p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    p.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    // A refused connection closes by flush: its hello_refused must reach the
+    // other side before the disconnect (a forced close resets the TCP
+    // connection, and the reset could overtake the refusal: the stranger
+    // then saw "connection reset" instead of why).
+    p.flags = ctx->step == hello_step::refused ? 0 : UCP_EP_CLOSE_FLAG_FORCE;
     auto* r = ucp_ep_close_nbx(ctx->ep, &p);
     if (UCS_PTR_IS_PTR(r)) ucp_request_free(r);  // completes in the background
     ctx->ep = nullptr;
