@@ -113,6 +113,7 @@ expected<manifest> parse_manifest(std::string_view text, const std::string& file
   }
   diag.remember("", root.Mark());
   raw_manifest r;
+  bool read_whole = true;  // false: a section reader threw; the rules would see half a file
   try {
     section top(diag, root, "", root.Mark());
     read_top(top, r);
@@ -138,9 +139,14 @@ expected<manifest> parse_manifest(std::string_view text, const std::string& file
     top.finish();
   } catch (const YAML::Exception& e) {
     diag.fail(e.mark, "", e.msg);
+    read_whole = false;
   }
-  if (!diag.ok()) return diag.to_error();
-  check_rules(r, diag);
+  // Field errors and the rules between fields in one report (issue 22): a
+  // user fixes both in one round.
+  if (read_whole) {
+    diag.begin_rules();
+    check_rules(r, diag);
+  }
   if (!diag.ok()) return diag.to_error();
 
   manifest m = build(r, file_label);

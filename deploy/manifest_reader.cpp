@@ -1,7 +1,9 @@
 #include "deploy/manifest_reader.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <vector>
 
 namespace strata::deploy::detail {
 
@@ -16,6 +18,39 @@ std::string describe(const YAML::Node& node) {
 
 std::string join_path(const std::string& parent, std::string_view key) {
   return parent.empty() ? std::string(key) : parent + "." + std::string(key);
+}
+
+namespace {
+
+// Optimal string alignment distance (Levenshtein with adjacent swaps).
+size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (size_t i = 1; i <= a.size(); ++i)
+    for (size_t j = 1; j <= b.size(); ++j) {
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1,
+                          d[i - 1][j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+    }
+  return d[a.size()][b.size()];
+}
+
+}  // namespace
+
+std::string closest_key(std::string_view key, const std::set<std::string, std::less<>>& known) {
+  const size_t limit = std::min<size_t>(2, std::max<size_t>(1, key.size() / 3));
+  std::string best;
+  size_t best_distance = limit + 1;
+  for (const auto& k : known) {  // sorted: of equally close keys, the first
+    const size_t d = edit_distance(key, k);
+    if (d < best_distance) {
+      best = k;
+      best_distance = d;
+    }
+  }
+  return best;
 }
 
 std::optional<uint64_t> parse_uint(std::string_view text) {

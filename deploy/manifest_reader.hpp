@@ -46,6 +46,8 @@ class diagnostics {
   explicit diagnostics(std::string file) : file_(std::move(file)) {}
 
   void fail(const YAML::Mark& mark, const std::string& path, const std::string& what) {
+    if (checking_rules_ && about_a_failed_field(path, what)) return;
+    if (!checking_rules_) failed_fields_.push_back(path);
     std::string line = file_;
     line += ":" + std::to_string(mark.is_null() ? 1 : mark.line + 1) + ": ";
     if (!path.empty()) line += path + ": ";
@@ -69,6 +71,12 @@ class diagnostics {
     }
   }
   bool ok() const { return errors_.empty(); }
+
+  // From here on, errors are the rules between fields, reported in the same
+  // run as the field errors. A rule error at a field that failed to parse,
+  // or naming one, is left out: the rule saw that field's default, not
+  // what the file says.
+  void begin_rules() { checking_rules_ = true; }
   error to_error() const {
     auto sorted = errors_;  // by line, then in the order found
     std::stable_sort(sorted.begin(), sorted.end(),
@@ -82,7 +90,22 @@ class diagnostics {
   }
 
  private:
+  // `path` is a failed field, inside one or holds one; or `what` names one.
+  bool about_a_failed_field(const std::string& path, const std::string& what) const {
+    const auto nested = [](const std::string& inner, const std::string& outer) {
+      return inner.size() > outer.size() && inner.compare(0, outer.size(), outer) == 0 &&
+             (inner[outer.size()] == '.' || inner[outer.size()] == '[');
+    };
+    for (const auto& f : failed_fields_) {
+      if (f.empty() || path == f || nested(path, f) || nested(f, path)) return true;
+      if (f.find('.') != std::string::npos && what.find(f) != std::string::npos) return true;
+    }
+    return false;
+  }
+
   std::string file_;
+  bool checking_rules_ = false;
+  std::vector<std::string> failed_fields_;  // paths of the field errors
   std::vector<std::pair<int, std::string>> errors_;  // (0-based line, message)
   std::map<std::string, YAML::Mark> marks_;
 };
@@ -91,6 +114,11 @@ class diagnostics {
 std::optional<uint64_t> parse_uint(std::string_view text);
 // A finite real number; nullopt if not.
 std::optional<double> parse_real(std::string_view text);
+
+// The key of `known` a typo of `key` most likely meant: the one fewest
+// edits away (insertions, deletions, substitutions, swaps of neighbours),
+// if that is at most 2 and at most a third of the key; "" otherwise.
+std::string closest_key(std::string_view key, const std::set<std::string, std::less<>>& known);
 
 template <class E>
 using choices = std::vector<std::pair<std::string_view, E>>;
@@ -298,8 +326,11 @@ class section {
       if (!entry.first.IsScalar() || known_.count(entry.first.Scalar())) continue;
       std::string expected;
       for (const auto& k : known_) expected += (expected.empty() ? "" : ", ") + k;
+      // A typo names the key it most likely meant, ahead of the full list.
+      const std::string near = closest_key(entry.first.Scalar(), known_);
       diag_.fail(entry.first.Mark(), path_of(entry.first.Scalar()),
-                 "unknown key (expected one of: " + expected + ")");
+                 "unknown key" + (near.empty() ? "" : ", did you mean '" + near + "'?") +
+                     " (expected one of: " + expected + ")");
     }
   }
 

@@ -71,7 +71,8 @@ struct bad_manifest {
 std::vector<bad_manifest> table() {
   return {
       {"unknown_field", edit(16, "  cont: 1"),
-       "m.yaml:16: caches.cont: unknown key (expected one of: backend, count, placement, sets, "
+       "m.yaml:16: caches.cont: unknown key, did you mean 'count'? (expected one of: backend, "
+       "count, placement, sets, "
        "slabs_per_set, staleness)",
        true},
       {"wrong_type", edit(11, "  count: two"),
