@@ -6,6 +6,9 @@
 
 #include <algorithm>
 #include <bit>
+#include <charconv>
+#include <cmath>
+#include <string>
 
 #include "common/hash.hpp"
 
@@ -17,6 +20,25 @@ constexpr uint64_t categorical = 0x7374726174615f6bULL;  // "strata_k"
 constexpr uint64_t integer = 0x7374726174615f69ULL;      // "strata_i"
 constexpr uint64_t ffm = 0x7374726174615f6dULL;          // "strata_m"
 }  // namespace seed
+
+template <class T>
+bool parse_whole(std::string_view s, T& out) {
+  const char* end = s.data() + s.size();
+  auto [ptr, ec] = std::from_chars(s.data(), end, out);
+  return ec == std::errc() && ptr == end;
+}
+
+// As model/reader.cpp parses an integer column: "42", "-1", or a float
+// with an integral meaning ("260.0", floored).
+bool parse_integer(std::string_view s, int64_t& out) {
+  if (parse_whole(s, out)) return true;
+  double d;
+  if (!parse_whole(s, d) || !std::isfinite(d) || std::fabs(d) > 9e18) return false;
+  out = static_cast<int64_t>(std::floor(d));
+  return true;
+}
+
+constexpr uint32_t criteo_integers = 13, criteo_categoricals = 26;
 
 }  // namespace
 
@@ -41,6 +63,30 @@ uint64_t integer_key(uint32_t slot, int64_t v) {
 
 uint64_t ffm_key(uint32_t field, uint64_t feature) {
   return hash_key(feature, hash_key(field, seed::ffm));
+}
+
+expected<uint64_t> feature_key(std::string_view slot, std::string_view value) {
+  const auto unknown = [&] {
+    return error(errc::invalid_argument,
+                 "unknown slot '" + std::string(slot) +
+                     "' (slots: I1..I13 integer and C1..C26 categorical columns of criteo_tsv "
+                     "data, or a slot number for a categorical slot)");
+  };
+  if (slot.empty()) return unknown();
+  uint32_t n = 0;
+  if (parse_whole(slot, n)) return categorical_key(n, value);
+  const char kind = slot.front();
+  if ((kind != 'C' && kind != 'I') || !parse_whole(slot.substr(1), n) || n == 0) return unknown();
+  if (kind == 'C') {
+    if (n > criteo_categoricals) return unknown();
+    return categorical_key(criteo_integers + n - 1, value);
+  }
+  if (n > criteo_integers) return unknown();
+  int64_t v = 0;
+  if (!parse_integer(value, v))
+    return error(errc::invalid_argument, "slot " + std::string(slot) + " is an integer column: '" +
+                                             std::string(value) + "' is not an integer");
+  return integer_key(n - 1, v);
 }
 
 }  // namespace strata::model

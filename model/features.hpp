@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <string_view>
 
+#include "common/error.hpp"
+
 namespace strata::model {
 
 // Key of categorical value `value` in slot `slot`.
@@ -17,5 +19,15 @@ uint64_t categorical_key(uint32_t slot, std::string_view value);
 uint64_t integer_key(uint32_t slot, int64_t v);
 // libffm's field:feature pair.
 uint64_t ffm_key(uint32_t field, uint64_t feature);
+
+// The key a user's feature value has in the trained table, by the
+// criteo_tsv reader's slot names: "I1".."I13" are the integer columns
+// (slots 0..12, `value` parsed as the reader does, "260.0" floored),
+// "C1".."C26" the categorical ones (slots 13..38, `value`'s raw bytes). A
+// plain slot number ("13") is a categorical slot of any format (csv: the
+// listed integer columns come first). invalid_argument names an unknown
+// slot (and the names it takes) or an integer value that does not parse.
+// `strata key` and the Python module's key() call this.
+expected<uint64_t> feature_key(std::string_view slot, std::string_view value);
 
 }  // namespace strata::model
