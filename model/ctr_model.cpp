@@ -1,13 +1,14 @@
-// The CTR model's forward and backward passes: plain loops over row-major
-// [example][feature] buffers, written so that GCC vectorizes them at -O2
-// (fixed 8-wide inner blocks that SLP turns into SIMD; dot products keep 8
-// partial sums so no float reassociation is needed).
+// The CTR model's forward and backward passes: the MLP's layers as GEMMs
+// on row-major [example][unit] matrices (model/mlp_blas.hpp), pooling,
+// the first-order term, the loss and the spread of pooled gradients over
+// key occurrences as loops (too little arithmetic per byte for BLAS).
 #include "model/ctr_model.hpp"
 
 #include <algorithm>
 #include <cmath>
 
 #include "common/error.hpp"
+#include "model/mlp_blas.hpp"
 
 namespace strata::model {
 namespace {
@@ -21,35 +22,10 @@ uint64_t splitmix64(uint64_t x) {
 
 // y[0..n) += a * x[0..n)
 inline void axpy(float* __restrict y, const float* __restrict x, float a, size_t n) {
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (size_t k = 0; k < 8; ++k) y[i + k] += a * x[i + k];
-  for (; i < n; ++i) y[i] += a * x[i];
+  for (size_t i = 0; i < n; ++i) y[i] += a * x[i];
 }
-
-inline float dot(const float* __restrict a, const float* __restrict b, size_t n) {
-  float acc[8] = {};
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (size_t k = 0; k < 8; ++k) acc[k] += a[i + k] * b[i + k];
-  float sum = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-  for (; i < n; ++i) sum += a[i] * b[i];
-  return sum;
-}
-
-// Examples processed together in the MLP, so that each weight row is
-// loaded from L2 once per block instead of once per example.
-constexpr size_t example_block = 8;
 
 float sigmoid(float z) { return 1.0f / (1.0f + std::exp(-z)); }
-
-// Activations of one forward pass: acts[0] is the pooled input, acts[l + 1]
-// the (post-ReLU) output of layer l; the last holds the MLP's logits.
-struct activations {
-  std::vector<std::vector<float>> acts;
-  std::vector<float> linear;  // per example
-  std::vector<float> logits;  // MLP output + linear, per example
-};
 
 }  // namespace
 
@@ -69,6 +45,7 @@ ctr_model::ctr_model(model_config config) : config_(std::move(config)) {
   };
   for (uint32_t width : config_.hidden) add_layer(width);
   add_layer(1);
+  blas::use_single_thread();
 }
 
 size_t ctr_model::dense_size() const { return dense_size_; }
@@ -89,9 +66,10 @@ std::vector<float> ctr_model::initial_dense() const {
 
 namespace {
 
-// Forward pass shared by predict() and forward_backward().
+// Forward pass shared by predict() and forward_backward(); fills s.acts,
+// s.linear and s.logits.
 void forward(const model_config& config, const std::vector<dense_layer>& layout, const batch& b,
-             std::span<const float> rows, std::span<const float> dense, activations& a) {
+             std::span<const float> rows, std::span<const float> dense, ctr_model::scratch& s) {
   const size_t batch_size = b.examples.size();
   const size_t dim = config.embedding_dim, row_dim = config.row_dim();
   const size_t width = size_t{config.slots} * dim;
@@ -100,12 +78,12 @@ void forward(const model_config& config, const std::vector<dense_layer>& layout,
   STRATA_ASSERT(rows.size() == occurrences * row_dim,
                 "ctr_model: rows must hold row_dim() floats per key occurrence");
 
-  a.acts.resize(layout.size() + 1);
-  a.acts[0].assign(batch_size * width, 0.0f);
-  a.linear.assign(batch_size, 0.0f);
+  s.acts.resize(layout.size() + 1);
+  s.acts[0].assign(batch_size * width, 0.0f);
+  s.linear.resize(batch_size);
   const float* row = rows.data();
   for (size_t e = 0; e < batch_size; ++e) {
-    float* pooled = a.acts[0].data() + e * width;
+    float* pooled = s.acts[0].data() + e * width;
     float linear = 0;
     for (const auto& f : b.examples[e].features) {
       STRATA_ASSERT(f.slot < config.slots, "ctr_model: feature slot >= model_config.slots");
@@ -113,43 +91,35 @@ void forward(const model_config& config, const std::vector<dense_layer>& layout,
       axpy(pooled + size_t{f.slot} * dim, row + 1, f.value, dim);
       row += row_dim;
     }
-    a.linear[e] = linear;
+    s.linear[e] = linear;
+  }
+  if (batch_size == 0) {
+    s.logits.clear();
+    return;
   }
 
+  // Y = X W + bias (Y starts as the bias in every row), then ReLU.
   for (size_t l = 0; l < layout.size(); ++l) {
     const dense_layer& layer = layout[l];
-    const bool hidden = l + 1 < layout.size();
     const float* w = dense.data() + layer.weights;
     const float* bias = dense.data() + layer.bias;
-    const std::vector<float>& x = a.acts[l];
-    std::vector<float>& y = a.acts[l + 1];
+    const float* x = s.acts[l].data();
+    std::vector<float>& y = s.acts[l + 1];
     y.resize(batch_size * layer.out);
-    if (layer.out == 1) {
-      for (size_t e = 0; e < batch_size; ++e)
-        y[e] = bias[0] + dot(x.data() + e * layer.in, w, layer.in);
-      continue;
-    }
-    // Blocks of examples share each weight row while it is in L1.
-    for (size_t e0 = 0; e0 < batch_size; e0 += example_block) {
-      const size_t n = std::min(example_block, batch_size - e0);
-      for (size_t k = 0; k < n; ++k)
-        std::copy(bias, bias + layer.out, y.data() + (e0 + k) * layer.out);
-      for (size_t i = 0; i < layer.in; ++i) {
-        const float* wi = w + i * layer.out;
-        for (size_t k = 0; k < n; ++k) {
-          const float xi = x[(e0 + k) * layer.in + i];
-          if (xi != 0) axpy(y.data() + (e0 + k) * layer.out, wi, xi, layer.out);
-        }
-      }
-      if (hidden)
-        for (size_t o = 0; o < n * layer.out; ++o)
-          y[e0 * layer.out + o] = std::max(y[e0 * layer.out + o], 0.0f);
-    }
+    for (size_t e = 0; e < batch_size; ++e)
+      std::copy(bias, bias + layer.out, y.data() + e * layer.out);
+    if (layer.out == 1)
+      blas::sgemv(false, batch_size, layer.in, 1.0f, x, layer.in, w, 1.0f, y.data());
+    else
+      blas::sgemm(false, false, batch_size, layer.out, layer.in, 1.0f, x, layer.in, w, layer.out,
+                  1.0f, y.data(), layer.out);
+    if (l + 1 < layout.size())
+      for (float& v : y) v = std::max(v, 0.0f);
   }
 
-  a.logits.resize(batch_size);
-  const std::vector<float>& out = a.acts.back();
-  for (size_t e = 0; e < batch_size; ++e) a.logits[e] = out[e] + a.linear[e];
+  s.logits.resize(batch_size);
+  const std::vector<float>& out = s.acts.back();
+  for (size_t e = 0; e < batch_size; ++e) s.logits[e] = out[e] + s.linear[e];
 }
 
 }  // namespace
@@ -157,82 +127,95 @@ void forward(const model_config& config, const std::vector<dense_layer>& layout,
 std::vector<float> ctr_model::predict(const batch& b, std::span<const float> rows,
                                       std::span<const float> dense) const {
   STRATA_ASSERT(dense.size() == dense_size_, "ctr_model: dense must hold dense_size() floats");
-  activations a;
-  forward(config_, layout_, b, rows, dense, a);
-  std::vector<float> p(a.logits.size());
-  for (size_t e = 0; e < p.size(); ++e) p[e] = sigmoid(a.logits[e]);
+  scratch s;
+  forward(config_, layout_, b, rows, dense, s);
+  std::vector<float> p(s.logits.size());
+  for (size_t e = 0; e < p.size(); ++e) p[e] = sigmoid(s.logits[e]);
   return p;
 }
 
 batch_result ctr_model::forward_backward(const batch& b, std::span<const float> rows,
-                                         std::span<const float> dense) const {
+                                         std::span<const float> dense) {
+  batch_result result;
+  forward_backward(b, rows, dense, result);
+  return result;
+}
+
+void ctr_model::forward_backward(const batch& b, std::span<const float> rows,
+                                 std::span<const float> dense, batch_result& result) {
   STRATA_ASSERT(dense.size() == dense_size_, "ctr_model: dense must hold dense_size() floats");
-  activations a;
-  forward(config_, layout_, b, rows, dense, a);
+  scratch& s = scratch_;
+  forward(config_, layout_, b, rows, dense, s);
   const size_t batch_size = b.examples.size();
   const size_t dim = config_.embedding_dim, row_dim = config_.row_dim();
   const size_t width = size_t{config_.slots} * dim;
 
-  batch_result result;
   result.predictions.resize(batch_size);
   result.dense_grads.assign(dense_size_, 0.0f);
   result.row_grads.resize(rows.size());
-  if (batch_size == 0) return result;
+  result.loss = 0;
+  if (batch_size == 0) return;
 
   // Loss and dL/dlogit of the mean logloss.
-  std::vector<float> grad(batch_size);
+  s.grad.resize(batch_size);
   double loss = 0;
   const float scale = 1.0f / static_cast<float>(batch_size);
   for (size_t e = 0; e < batch_size; ++e) {
-    const float z = a.logits[e], y = b.examples[e].label;
+    const float z = s.logits[e], y = b.examples[e].label;
     const float p = sigmoid(z);
     result.predictions[e] = p;
     loss += std::max(z, 0.0f) - z * y + std::log1p(std::exp(-std::fabs(z)));
-    grad[e] = (p - y) * scale;
+    s.grad[e] = (p - y) * scale;
   }
   result.loss = loss / static_cast<double>(batch_size);
-  const std::vector<float> logit_grad = grad;
+  s.logit_grad.assign(s.grad.begin(), s.grad.end());
 
-  // Back through the MLP; `grad` holds dL/d(output of layer l) per example.
-  std::vector<float> input_grad;
+  // Back through the MLP; s.grad holds dL/d(output of layer l), G below.
+  // grad and input_grad swap per layer: both get room for the widest.
+  size_t widest = 0;
+  for (const auto& layer : layout_) widest = std::max<size_t>(widest, layer.in);
+  s.grad.reserve(batch_size * widest);
+  s.input_grad.reserve(batch_size * widest);
   for (size_t l = layout_.size(); l-- > 0;) {
     const dense_layer& layer = layout_[l];
     const float* w = dense.data() + layer.weights;
     float* dw = result.dense_grads.data() + layer.weights;
     float* db = result.dense_grads.data() + layer.bias;
-    const std::vector<float>& x = a.acts[l];
-    input_grad.assign(batch_size * layer.in, 0.0f);
-    for (size_t e = 0; e < batch_size; ++e) axpy(db, grad.data() + e * layer.out, 1.0f, layer.out);
-    for (size_t e0 = 0; e0 < batch_size; e0 += example_block) {
-      const size_t n = std::min(example_block, batch_size - e0);
-      for (size_t i = 0; i < layer.in; ++i) {
-        const float* wi = w + i * layer.out;
-        float* dwi = dw + i * layer.out;
-        for (size_t k = 0; k < n; ++k) {
-          const size_t e = e0 + k;
-          const float* ge = grad.data() + e * layer.out;
-          const float xi = x[e * layer.in + i];
-          if (xi != 0) axpy(dwi, ge, xi, layer.out);
-          // dL/dx, through the previous layer's ReLU (the pooled input has none).
-          input_grad[e * layer.in + i] = l == 0 || xi > 0 ? dot(wi, ge, layer.out) : 0.0f;
-        }
-      }
+    const float* x = s.acts[l].data();
+    const float* g = s.grad.data();
+    s.input_grad.resize(batch_size * layer.in);
+    float* dx = s.input_grad.data();
+    for (size_t e = 0; e < batch_size; ++e) axpy(db, g + e * layer.out, 1.0f, layer.out);
+    if (layer.out == 1) {
+      // dW = X^T g; dX = g w^T (an outer product: a loop).
+      blas::sgemv(true, batch_size, layer.in, 1.0f, x, layer.in, g, 0.0f, dw);
+      for (size_t e = 0; e < batch_size; ++e)
+        for (size_t i = 0; i < layer.in; ++i) dx[e * layer.in + i] = g[e] * w[i];
+    } else {
+      // dW = X^T G, dX = G W^T.
+      blas::sgemm(true, false, layer.in, layer.out, batch_size, 1.0f, x, layer.in, g, layer.out,
+                  0.0f, dw, layer.out);
+      blas::sgemm(false, true, batch_size, layer.in, layer.out, 1.0f, g, layer.out, w, layer.out,
+                  0.0f, dx, layer.in);
     }
-    grad.swap(input_grad);
+    // Through the previous layer's ReLU (the pooled input has none).
+    if (l > 0)
+      for (size_t j = 0; j < batch_size * layer.in; ++j)
+        if (!(x[j] > 0)) dx[j] = 0.0f;
+    s.grad.swap(s.input_grad);
   }
 
-  // grad is now dL/dpooled; spread it over the key occurrences.
+  // s.grad is now dL/dpooled; spread it over the key occurrences.
   float* out = result.row_grads.data();
   for (size_t e = 0; e < batch_size; ++e) {
-    const float* pooled_grad = grad.data() + e * width;
+    const float* pooled_grad = s.grad.data() + e * width;
     for (const auto& f : b.examples[e].features) {
-      out[0] = f.value * logit_grad[e];
+      out[0] = f.value * s.logit_grad[e];
       const float* g = pooled_grad + size_t{f.slot} * dim;
       for (size_t k = 0; k < dim; ++k) out[1 + k] = f.value * g[k];
       out += row_dim;
     }
   }
-  return result;
 }
 
 }  // namespace strata::model

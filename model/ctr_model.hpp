@@ -21,8 +21,16 @@
 // over the batch: an occurrence's row gradient is value * dL/dpooled[slot]
 // (elements 1..) and value * dL/dlogit (element 0); a key seen twice gets
 // two gradients, which the caller sums. Every feature's slot must be below
-// config.slots (asserted). Pure computation over caller-owned buffers;
-// const and thread-compatible (no shared mutable state).
+// config.slots (asserted).
+//
+// The MLP's layers are GEMMs on a single-threaded BLAS (model/mlp_blas.hpp);
+// pooling, the first-order term and the loss are loops. Activations are
+// row-major [example][unit] matrices in scratch buffers the model owns,
+// grown when a batch is larger than any before and otherwise reused: with
+// the batch_result& overload, a steady-state batch allocates nothing.
+// So forward_backward is non-const and a model serves one thread at a time
+// (each worker owns one); predict() is const and thread-compatible.
+// model/mlp_reference.hpp keeps the loop implementation it replaced.
 #pragma once
 
 #include <cstdint>
@@ -65,17 +73,29 @@ class ctr_model {
   std::vector<float> initial_dense() const;
 
   // rows: one row_dim() float vector per key occurrence (batch.keys()
-  // order), dense: dense_size() floats.
+  // order), dense: dense_size() floats. Fills `out`, reusing its vectors.
+  void forward_backward(const batch& b, std::span<const float> rows,
+                        std::span<const float> dense, batch_result& out);
   batch_result forward_backward(const batch& b, std::span<const float> rows,
-                                std::span<const float> dense) const;
-  // Predictions only.
+                                std::span<const float> dense);
+  // Predictions only (its own scratch: evaluation, not the training path).
   std::vector<float> predict(const batch& b, std::span<const float> rows,
                              std::span<const float> dense) const;
+
+  // Buffers of one pass: acts[0] is the pooled input (batch x slots*dim),
+  // acts[l + 1] the (post-ReLU) output of layer l (batch x out); grad and
+  // input_grad dL/d(a layer's output / input) during the backward pass.
+  struct scratch {
+    std::vector<std::vector<float>> acts;
+    std::vector<float> linear, logits;  // per example
+    std::vector<float> grad, input_grad, logit_grad;
+  };
 
  private:
   model_config config_;
   std::vector<dense_layer> layout_;
   size_t dense_size_ = 0;
+  scratch scratch_;
 };
 
 }  // namespace strata::model
