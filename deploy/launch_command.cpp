@@ -15,6 +15,7 @@
 #include "deploy/commands.hpp"
 #include "deploy/launch_data.hpp"
 #include "deploy/manifest.hpp"
+#include "deploy/manifest_warnings.hpp"
 #include "deploy/preflight.hpp"
 #include "deploy/supervisor.hpp"
 
@@ -46,6 +47,8 @@ int launch(const std::string& path, bool resume, const std::string& resume_dir) 
     std::cerr << "strata launch: " << files.err().message() << '\n';
     return 1;
   }
+  if (auto wipe = deploy::store_without_checkpoint_warning(m); !wipe.empty())
+    std::cout << "strata launch: warning: " << wipe << '\n';
   std::cout.flush();
   const fs::path root = m.cluster.checkpoint.directory;
   std::vector<std::string> first;

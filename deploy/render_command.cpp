@@ -1,5 +1,6 @@
 // `strata render k8s MANIFEST [--image I] [--namespace N] [--ssd-size S]
-// [--storage-class C]`: Kubernetes objects for the manifest's cluster on
+// [--storage-class C] [--data-size S] [--checkpoint-size S]
+// [--shared-storage-class C]`: Kubernetes objects for the manifest's cluster on
 // stdout (deploy/render_k8s.hpp). The manifest is validated first; its
 // secrets are read (or created, with create_if_missing) from this machine
 // and rendered only into Secrets.
@@ -24,6 +25,12 @@ void add_render_command(CLI::App& app, int& exit_code) {
   k8s->add_option("--namespace", opts->namespace_name, "metadata.namespace of every object");
   k8s->add_option("--ssd-size", opts->ssd_size, "size of each SSD volume claim (default 100Gi)");
   k8s->add_option("--storage-class", opts->storage_class, "storage class of the SSD volumes");
+  k8s->add_option("--data-size", opts->data_size, "size of the data volume (default 100Gi)");
+  k8s->add_option("--checkpoint-size", opts->checkpoint_size,
+                  "size of the shared checkpoint volume (default 100Gi)");
+  k8s->add_option("--shared-storage-class", opts->shared_storage_class,
+                  "storage class of the shared data and checkpoint volumes (ReadOnlyMany, "
+                  "ReadWriteMany: e.g. NFS)");
   k8s->callback([path, opts, &exit_code] {
     auto m = deploy::load_manifest(*path);
     if (!m) {
@@ -47,6 +54,14 @@ void add_render_command(CLI::App& app, int& exit_code) {
     auto objects = deploy::render_k8s(*m, text.str(), *opts, *secrets);
     if (!objects) return fail(objects.err());
     std::fputs(objects->c_str(), stdout);
+    // The data the pods read is not on any volume yet.
+    if (!m->data.path.empty() && !m->generate)
+      std::fprintf(stderr,
+                   "strata render k8s: copy %s into PersistentVolumeClaim %s-data as %s before "
+                   "the pods start (they read %s/%s)\n",
+                   m->data.path.c_str(), deploy::k8s_name(m->cluster.name).c_str(),
+                   m->data.path.filename().c_str(), deploy::k8s_data_dir,
+                   m->data.path.filename().c_str());
   });
 }
 

@@ -5,49 +5,57 @@
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "common/auth.hpp"
+#include "deploy/host_memory.hpp"
 #include "deploy/placeholder_secret.hpp"
 #include "deploy/preflight.hpp"
 
 namespace strata::deploy {
 namespace {
 
-// DNS-1123 labels: lower case alphanumerics and '-'.
-std::string dns_name(std::string s) {
-  for (char& c : s) {
-    c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    if (!std::isalnum(static_cast<unsigned char>(c))) c = '-';
-  }
-  while (!s.empty() && s.front() == '-') s.erase(s.begin());
-  while (!s.empty() && s.back() == '-') s.pop_back();
-  return s.empty() ? "strata" : s;
-}
-
 struct node_view {
   std::string name;
   std::string role;
-  uint16_t transport_port = 0, metrics_port = 0, admin_port = 0;
-  std::string ssd_path;
+  std::string memory_node;  // for start_allocations: "" (everything) without a nodes list
+  // The container's ports by role, as the Service names them.
+  std::vector<std::pair<std::string, uint16_t>> ports;
+  uint16_t metrics_port = 0;
 };
+
+bool loopback(const std::string& address) {
+  return address == "127.0.0.1" || address == "localhost" || address == "::1";
+}
 
 std::vector<node_view> nodes_of(const manifest& m) {
   std::vector<node_view> out;
-  const std::string ssd = m.ssd_path.string();
+  // The gateway has no authentication: a port only when the manifest binds
+  // it beyond loopback itself (k8s_pod_manifest leaves it as written).
+  const uint16_t gateway = loopback(m.gateway.bind_address) ? 0 : m.gateway.port;
+  const auto add = [&](node_view v, uint16_t transport, uint16_t metrics, uint16_t admin,
+                       uint16_t gw) {
+    for (const auto& [role, number] : {std::pair<const char*, uint16_t>{"transport", transport},
+                                       {"metrics", metrics},
+                                       {"admin", admin},
+                                       {"gateway", gw}})
+      if (number) v.ports.emplace_back(role, number);
+    v.metrics_port = metrics;
+    out.push_back(std::move(v));
+  };
   if (m.nodes.empty()) {
-    out.push_back({m.metrics.node.empty() ? m.cluster.name : m.metrics.node, "coordinator", 0,
-                   m.metrics.port, m.admin.port, ssd});
+    add({m.metrics.node.empty() ? m.cluster.name : m.metrics.node, "coordinator", "", {}, 0}, 0,
+        m.metrics.port, m.admin.port, gateway);
     return out;
   }
   for (size_t i = 0; i < m.nodes.size(); ++i) {
     const auto& n = m.nodes[i];
-    node_view v{n.name,
-                i == 0 ? "coordinator" : "node",
-                n.transport_port,
-                n.metrics_port ? n.metrics_port : (i == 0 ? m.metrics.port : uint16_t{0}),
-                n.admin_port ? n.admin_port : (i == 0 ? m.admin.port : uint16_t{0}),
-                n.ssd_path.empty() ? ssd : n.ssd_path.string()};
-    out.push_back(v);
+    add({n.name, i == 0 ? "coordinator" : "node", n.name, {}, 0}, n.transport_port,
+        n.metrics_port ? n.metrics_port : (i == 0 ? m.metrics.port : uint16_t{0}),
+        n.admin_port ? n.admin_port : (i == 0 ? m.admin.port : uint16_t{0}),
+        i == 0 ? gateway : uint16_t{0});
   }
   return out;
 }
@@ -81,37 +89,6 @@ bool has_admin_token(const manifest& m) {
   return !m.admin.token.empty() || !m.admin.token_file.empty();
 }
 bool has_cluster_secret(const manifest& m) { return !m.cluster_secret.file.empty(); }
-
-// The manifest for the ConfigMap: the secrets replaced by the files their
-// Secrets are mounted as. Comments do not survive the round trip.
-expected<std::string> without_secrets(const manifest& m, const std::string& text) {
-  YAML::Node root;
-  try {
-    root = YAML::Load(text);
-  } catch (const YAML::Exception& e) {
-    return error(errc::invalid_argument, m.file.string() + ": " + e.msg);
-  }
-  if (!root.IsMap()) return error(errc::invalid_argument, m.file.string() + ": not a mapping");
-  if (root["admin"] && root["admin"].IsMap()) {
-    YAML::Node admin = root["admin"];
-    admin.remove("token");
-    admin.remove("create_if_missing");
-    if (has_admin_token(m)) admin["token_file"] = k8s_admin_token_path;
-  }
-  if (root["cluster_secret"] && root["cluster_secret"].IsMap()) {
-    YAML::Node secret = root["cluster_secret"];
-    // Every pod reads the one Secret: none may create a secret of its own.
-    secret.remove("create_if_missing");
-    secret["file"] = k8s_cluster_secret_path;
-  }
-  YAML::Emitter out;
-  out << YAML::Comment("rendered by strata render k8s from " + m.file.filename().string() +
-                       "; the secrets are in Secrets")
-      << YAML::Newline << root;
-  if (!out.good())
-    return error(errc::invalid_argument, m.file.string() + ": " + out.GetLastError());
-  return std::string(out.c_str()) + "\n";
-}
 
 void secret_doc(YAML::Emitter& y, const std::string& name, const std::string& key,
                 const std::string& value, const k8s_options& o, const std::string& cluster) {
@@ -157,7 +134,7 @@ expected<std::optional<std::string>> secret_file(const manifest& m,
 }  // namespace
 
 expected<k8s_secrets> read_k8s_secrets(const manifest& m, std::ostream& notes) {
-  const std::string cluster = dns_name(m.cluster.name);
+  const std::string cluster = k8s_name(m.cluster.name);
   k8s_secrets out;
   if (!m.admin.token.empty()) {
     if (looks_like_placeholder(m.admin.token))
@@ -178,17 +155,91 @@ expected<k8s_secrets> read_k8s_secrets(const manifest& m, std::ostream& notes) {
   return out;
 }
 
+
+namespace {
+
+// A claim: per pod (a StatefulSet's template) or shared (its own object).
+void claim_spec(YAML::Emitter& y, const char* access, const std::string& storage_class,
+                const std::string& size) {
+  y << YAML::Key << "spec" << YAML::Value << YAML::BeginMap;
+  y << YAML::Key << "accessModes" << YAML::Value << YAML::Flow << YAML::BeginSeq << access
+    << YAML::EndSeq;
+  if (!storage_class.empty()) y << YAML::Key << "storageClassName" << YAML::Value << storage_class;
+  y << YAML::Key << "resources" << YAML::Value << YAML::BeginMap;
+  y << YAML::Key << "requests" << YAML::Value << YAML::BeginMap;
+  y << YAML::Key << "storage" << YAML::Value << size;
+  y << YAML::EndMap << YAML::EndMap << YAML::EndMap;
+}
+
+void shared_claim(YAML::Emitter& y, const std::string& name, const char* access,
+                  const std::string& size, const k8s_options& o, const std::string& cluster) {
+  y << YAML::BeginDoc << YAML::BeginMap;
+  y << YAML::Key << "apiVersion" << YAML::Value << "v1";
+  y << YAML::Key << "kind" << YAML::Value << "PersistentVolumeClaim";
+  metadata(y, name, o, cluster);
+  claim_spec(y, access, o.shared_storage_class, size);
+  y << YAML::EndMap << YAML::EndDoc;
+}
+
+void mount(YAML::Emitter& y, const std::string& name, const std::string& path, bool read_only,
+           const std::string& sub_path = "") {
+  y << YAML::BeginMap << YAML::Key << "name" << YAML::Value << name;
+  y << YAML::Key << "mountPath" << YAML::Value << path;
+  if (!sub_path.empty()) y << YAML::Key << "subPath" << YAML::Value << sub_path;
+  if (read_only) y << YAML::Key << "readOnly" << YAML::Value << true;
+  y << YAML::EndMap;
+}
+
+void claim_volume(YAML::Emitter& y, const std::string& name, const std::string& claim) {
+  y << YAML::BeginMap << YAML::Key << "name" << YAML::Value << name;
+  y << YAML::Key << "persistentVolumeClaim" << YAML::Value << YAML::BeginMap;
+  y << YAML::Key << "claimName" << YAML::Value << claim << YAML::EndMap << YAML::EndMap;
+}
+
+// What the pod may use: its start allocations and the overhead, in MiB.
+std::string memory_of(const manifest& m, const node_view& n) {
+  uint64_t bytes = k8s_memory_overhead;
+  for (const auto& item : start_allocations(m, n.memory_node)) bytes += item.bytes;
+  return std::to_string((bytes + (uint64_t{1} << 20) - 1) >> 20) + "Mi";
+}
+
+// /metrics needs no token and is served from before training starts; a
+// node without metrics is checked by connecting to its first port.
+void probe(YAML::Emitter& y, const char* key, const node_view& n, int initial_delay,
+           int failures) {
+  if (!n.metrics_port && n.ports.empty()) return;
+  y << YAML::Key << key << YAML::Value << YAML::BeginMap;
+  if (n.metrics_port) {
+    y << YAML::Key << "httpGet" << YAML::Value << YAML::BeginMap;
+    y << YAML::Key << "path" << YAML::Value << "/metrics";
+    y << YAML::Key << "port" << YAML::Value << "metrics" << YAML::EndMap;
+  } else {
+    y << YAML::Key << "tcpSocket" << YAML::Value << YAML::BeginMap;
+    y << YAML::Key << "port" << YAML::Value << n.ports.front().first << YAML::EndMap;
+  }
+  y << YAML::Key << "initialDelaySeconds" << YAML::Value << initial_delay;
+  y << YAML::Key << "periodSeconds" << YAML::Value << 10;
+  y << YAML::Key << "failureThreshold" << YAML::Value << failures;
+  y << YAML::EndMap;
+}
+
+}  // namespace
+
 expected<std::string> render_k8s(const manifest& m, const std::string& manifest_text,
                                  const k8s_options& o, const k8s_secrets& secrets) {
-  const std::string cluster = dns_name(m.cluster.name);
+  const std::string cluster = k8s_name(m.cluster.name);
   const auto nodes = nodes_of(m);
   const std::string config_map = cluster + "-manifest", secret = cluster + "-admin-token",
-                    cluster_secret = cluster + "-cluster-secret";
-  auto text = without_secrets(m, manifest_text);
+                    cluster_secret = cluster + "-cluster-secret", data_claim = cluster + "-data",
+                    checkpoint_claim = cluster + "-checkpoints";
+  auto text = k8s_pod_manifest(m, manifest_text, o);
   if (!text) return text.err();
+  const bool has_data = !m.data.path.empty();
+  const bool data_per_pod = has_data && m.generate.has_value();  // each pod generates its copy
+  const bool has_checkpoints = m.cluster.checkpoint.enabled();
   YAML::Emitter y;
 
-  // The manifest itself, without its secrets.
+  // The manifest the pods read.
   y << YAML::BeginDoc << YAML::BeginMap;
   y << YAML::Key << "apiVersion" << YAML::Value << "v1";
   y << YAML::Key << "kind" << YAML::Value << "ConfigMap";
@@ -204,56 +255,48 @@ expected<std::string> render_k8s(const manifest& m, const std::string& manifest_
   if (has_cluster_secret(m) && secrets.cluster_secret)
     secret_doc(y, cluster_secret, "secret", *secrets.cluster_secret, o, cluster);
 
-  // Headless service: every pod gets <pod>.<cluster> in DNS.
-  y << YAML::BeginDoc << YAML::BeginMap;
-  y << YAML::Key << "apiVersion" << YAML::Value << "v1";
-  y << YAML::Key << "kind" << YAML::Value << "Service";
-  metadata(y, cluster, o, cluster);
-  y << YAML::Key << "spec" << YAML::Value << YAML::BeginMap;
-  y << YAML::Key << "clusterIP" << YAML::Value << "None";
-  y << YAML::Key << "publishNotReadyAddresses" << YAML::Value << true;
-  y << YAML::Key << "selector" << YAML::Value << YAML::BeginMap;
-  y << YAML::Key << "app.kubernetes.io/instance" << YAML::Value << cluster << YAML::EndMap;
-  y << YAML::Key << "ports" << YAML::Value << YAML::BeginSeq;
-  std::vector<std::pair<std::string, uint16_t>> service_ports;
-  for (const auto& n : nodes) {
-    if (n.transport_port) service_ports.emplace_back("transport", n.transport_port);
-    if (n.metrics_port) service_ports.emplace_back("metrics", n.metrics_port);
-    if (n.admin_port) service_ports.emplace_back("admin", n.admin_port);
-  }
-  if (service_ports.empty()) service_ports.emplace_back("transport", 13337);
-  // Names must be unique: the first of each kind keeps its name.
-  std::vector<std::string> used;
-  for (size_t i = 0; i < service_ports.size(); ++i) {
-    std::string name = service_ports[i].first;
-    if (std::count(used.begin(), used.end(), name)) name += "-" + std::to_string(i);
-    used.push_back(name);
-    port(y, name, service_ports[i].second, false);
-  }
-  y << YAML::EndSeq << YAML::EndMap << YAML::EndMap << YAML::EndDoc;
+  // The volumes every pod shares.
+  if (has_data && !data_per_pod) shared_claim(y, data_claim, "ReadOnlyMany", o.data_size, o, cluster);
+  if (has_checkpoints)
+    shared_claim(y, checkpoint_claim, "ReadWriteMany", o.checkpoint_size, o, cluster);
 
-  // One StatefulSet per node.
   for (const auto& n : nodes) {
-    const std::string name = cluster + "-" + dns_name(n.name);
+    const std::string name = k8s_node_object(m, n.name);
+    // Headless: the pod's stable DNS name, which the ConfigMap's hosts are.
+    y << YAML::BeginDoc << YAML::BeginMap;
+    y << YAML::Key << "apiVersion" << YAML::Value << "v1";
+    y << YAML::Key << "kind" << YAML::Value << "Service";
+    metadata(y, name, o, cluster);
+    y << YAML::Key << "spec" << YAML::Value << YAML::BeginMap;
+    y << YAML::Key << "clusterIP" << YAML::Value << "None";
+    // Peers join before any pod is ready.
+    y << YAML::Key << "publishNotReadyAddresses" << YAML::Value << true;
+    y << YAML::Key << "selector" << YAML::Value << YAML::BeginMap;
+    y << YAML::Key << "app.kubernetes.io/instance" << YAML::Value << cluster;
+    y << YAML::Key << "strata/node" << YAML::Value << k8s_name(n.name) << YAML::EndMap;
+    y << YAML::Key << "ports" << YAML::Value << YAML::BeginSeq;
+    for (const auto& [role, number] : n.ports) port(y, role, number, false);
+    y << YAML::EndSeq << YAML::EndMap << YAML::EndMap << YAML::EndDoc;
+
     y << YAML::BeginDoc << YAML::BeginMap;
     y << YAML::Key << "apiVersion" << YAML::Value << "apps/v1";
     y << YAML::Key << "kind" << YAML::Value << "StatefulSet";
     metadata(y, name, o, cluster);
     y << YAML::Key << "spec" << YAML::Value << YAML::BeginMap;
-    y << YAML::Key << "serviceName" << YAML::Value << cluster;
+    y << YAML::Key << "serviceName" << YAML::Value << name;
     y << YAML::Key << "replicas" << YAML::Value << 1;
     y << YAML::Key << "podManagementPolicy" << YAML::Value << "Parallel";
     y << YAML::Key << "selector" << YAML::Value << YAML::BeginMap;
     y << YAML::Key << "matchLabels" << YAML::Value << YAML::BeginMap;
     y << YAML::Key << "app.kubernetes.io/instance" << YAML::Value << cluster;
-    y << YAML::Key << "strata/node" << YAML::Value << dns_name(n.name);
+    y << YAML::Key << "strata/node" << YAML::Value << k8s_name(n.name);
     y << YAML::EndMap << YAML::EndMap;
     y << YAML::Key << "template" << YAML::Value << YAML::BeginMap;
     y << YAML::Key << "metadata" << YAML::Value << YAML::BeginMap;
     y << YAML::Key << "labels" << YAML::Value << YAML::BeginMap;
     y << YAML::Key << "app.kubernetes.io/name" << YAML::Value << "strata";
     y << YAML::Key << "app.kubernetes.io/instance" << YAML::Value << cluster;
-    y << YAML::Key << "strata/node" << YAML::Value << dns_name(n.name);
+    y << YAML::Key << "strata/node" << YAML::Value << k8s_name(n.name);
     y << YAML::Key << "strata/role" << YAML::Value << n.role;
     y << YAML::EndMap;
     if (n.metrics_port) {
@@ -275,26 +318,27 @@ expected<std::string> render_k8s(const manifest& m, const std::string& manifest_
       << "/etc/strata/manifest.yaml"
       << "--node" << n.name << YAML::EndSeq;
     y << YAML::Key << "ports" << YAML::Value << YAML::BeginSeq;
-    if (n.transport_port) port(y, "transport", n.transport_port, true);
-    if (n.metrics_port) port(y, "metrics", n.metrics_port, true);
-    if (n.admin_port) port(y, "admin", n.admin_port, true);
+    for (const auto& [role, number] : n.ports) port(y, role, number, true);
     y << YAML::EndSeq;
+    // Memory as the node allocates it at start; requests = limits, so the
+    // scheduler places the pod where it fits and nothing overcommits it.
+    const std::string memory = memory_of(m, n);
+    y << YAML::Key << "resources" << YAML::Value << YAML::BeginMap;
+    for (const char* kind : {"requests", "limits"}) {
+      y << YAML::Key << kind << YAML::Value << YAML::BeginMap;
+      y << YAML::Key << "memory" << YAML::Value << memory << YAML::EndMap;
+    }
+    y << YAML::EndMap;
+    probe(y, "readinessProbe", n, 5, 3);
+    // Generous: a loaded node must not be restarted mid-training.
+    probe(y, "livenessProbe", n, 30, 6);
     y << YAML::Key << "volumeMounts" << YAML::Value << YAML::BeginSeq;
-    y << YAML::BeginMap << YAML::Key << "name" << YAML::Value << "manifest";
-    y << YAML::Key << "mountPath" << YAML::Value << "/etc/strata/manifest.yaml";
-    y << YAML::Key << "subPath" << YAML::Value << "manifest.yaml" << YAML::EndMap;
-    if (has_admin_token(m)) {
-      y << YAML::BeginMap << YAML::Key << "name" << YAML::Value << "admin-token";
-      y << YAML::Key << "mountPath" << YAML::Value << "/etc/strata/admin";
-      y << YAML::Key << "readOnly" << YAML::Value << true << YAML::EndMap;
-    }
-    if (has_cluster_secret(m)) {
-      y << YAML::BeginMap << YAML::Key << "name" << YAML::Value << "cluster-secret";
-      y << YAML::Key << "mountPath" << YAML::Value << "/etc/strata/cluster";
-      y << YAML::Key << "readOnly" << YAML::Value << true << YAML::EndMap;
-    }
-    y << YAML::BeginMap << YAML::Key << "name" << YAML::Value << "ssd";
-    y << YAML::Key << "mountPath" << YAML::Value << n.ssd_path << YAML::EndMap;
+    mount(y, "manifest", "/etc/strata/manifest.yaml", true, "manifest.yaml");
+    if (has_admin_token(m)) mount(y, "admin-token", "/etc/strata/admin", true);
+    if (has_cluster_secret(m)) mount(y, "cluster-secret", "/etc/strata/cluster", true);
+    mount(y, "ssd", k8s_ssd_path, false);
+    if (has_data) mount(y, "data", k8s_data_dir, !data_per_pod);
+    if (has_checkpoints) mount(y, "checkpoints", k8s_checkpoint_dir, false);
     y << YAML::EndSeq;
     y << YAML::EndMap << YAML::EndSeq;  // containers
     y << YAML::Key << "volumes" << YAML::Value << YAML::BeginSeq;
@@ -305,21 +349,23 @@ expected<std::string> render_k8s(const manifest& m, const std::string& manifest_
     // (auth::read_secret_text), and Kubernetes' default mode is 0644.
     if (has_admin_token(m)) secret_volume(y, "admin-token", secret);
     if (has_cluster_secret(m)) secret_volume(y, "cluster-secret", cluster_secret);
+    if (has_data && !data_per_pod) claim_volume(y, "data", data_claim);
+    if (has_checkpoints) claim_volume(y, "checkpoints", checkpoint_claim);
     y << YAML::EndSeq;
     y << YAML::EndMap << YAML::EndMap;  // template.spec, template
-    // The SSD tier: one persistent volume per pod.
-    y << YAML::Key << "volumeClaimTemplates" << YAML::Value << YAML::BeginSeq << YAML::BeginMap;
-    y << YAML::Key << "metadata" << YAML::Value << YAML::BeginMap;
+    // Per pod: the SSD tier, and generated data.
+    y << YAML::Key << "volumeClaimTemplates" << YAML::Value << YAML::BeginSeq;
+    y << YAML::BeginMap << YAML::Key << "metadata" << YAML::Value << YAML::BeginMap;
     y << YAML::Key << "name" << YAML::Value << "ssd" << YAML::EndMap;
-    y << YAML::Key << "spec" << YAML::Value << YAML::BeginMap;
-    y << YAML::Key << "accessModes" << YAML::Value << YAML::Flow << YAML::BeginSeq
-      << "ReadWriteOnce" << YAML::EndSeq;
-    if (!o.storage_class.empty())
-      y << YAML::Key << "storageClassName" << YAML::Value << o.storage_class;
-    y << YAML::Key << "resources" << YAML::Value << YAML::BeginMap;
-    y << YAML::Key << "requests" << YAML::Value << YAML::BeginMap;
-    y << YAML::Key << "storage" << YAML::Value << o.ssd_size;
-    y << YAML::EndMap << YAML::EndMap << YAML::EndMap << YAML::EndMap << YAML::EndSeq;
+    claim_spec(y, "ReadWriteOnce", o.storage_class, o.ssd_size);
+    y << YAML::EndMap;
+    if (data_per_pod) {
+      y << YAML::BeginMap << YAML::Key << "metadata" << YAML::Value << YAML::BeginMap;
+      y << YAML::Key << "name" << YAML::Value << "data" << YAML::EndMap;
+      claim_spec(y, "ReadWriteOnce", o.storage_class, o.data_size);
+      y << YAML::EndMap;
+    }
+    y << YAML::EndSeq;
     y << YAML::EndMap << YAML::EndMap << YAML::EndDoc;
   }
   return std::string(y.c_str()) + "\n";

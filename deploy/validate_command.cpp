@@ -7,6 +7,7 @@
 #include "deploy/commands.hpp"
 #include "deploy/host_memory.hpp"
 #include "deploy/manifest.hpp"
+#include "deploy/manifest_warnings.hpp"
 
 namespace strata::cli {
 
@@ -24,6 +25,10 @@ void add_validate_command(CLI::App& app, int& exit_code) {
     // The manifest may be meant for a larger host: a warning, not an error.
     if (auto memory = deploy::check_host_memory(*m, ""); !memory)
       std::cerr << "warning: " << memory.err().message() << '\n';
+    // Files launch needs, and a store that loses its rows: this may not be
+    // the host that runs the manifest, so warnings.
+    for (const auto& warning : deploy::manifest_warnings(*m))
+      std::cerr << "warning: " << warning << '\n';
     std::cout << "ok\n";
   });
 }

@@ -12,6 +12,7 @@ try {
     "v1/ConfigMap": require("kubernetes-models/v1").ConfigMap,
     "v1/Secret": require("kubernetes-models/v1").Secret,
     "v1/Service": require("kubernetes-models/v1").Service,
+    "v1/PersistentVolumeClaim": require("kubernetes-models/v1").PersistentVolumeClaim,
     "apps/v1/StatefulSet": require("kubernetes-models/apps/v1").StatefulSet,
   };
 } catch (e) {

@@ -60,7 +60,9 @@ TEST(RenderK8s, Cluster3HasTheExpectedObjects) {
   o.ssd_size = "500Gi";
   const std::string text = rendered("cluster3", o);
   const auto docs = YAML::LoadAll(text);
-  ASSERT_EQ(docs.size(), 7u) << text;
+  // ConfigMap, 2 Secrets, the checkpoint claim, and a Service and a
+  // StatefulSet per node (data.generate: each pod's data is its own).
+  ASSERT_EQ(docs.size(), 10u) << text;
   EXPECT_EQ(docs[0]["kind"].as<std::string>(), "ConfigMap");
   EXPECT_NE(docs[0]["data"]["manifest.yaml"].as<std::string>().find("name: cluster3"),
             std::string::npos);
@@ -68,15 +70,19 @@ TEST(RenderK8s, Cluster3HasTheExpectedObjects) {
   EXPECT_EQ(docs[1]["metadata"]["name"].as<std::string>(), "cluster3-admin-token");
   EXPECT_EQ(docs[2]["kind"].as<std::string>(), "Secret");
   EXPECT_EQ(docs[2]["metadata"]["name"].as<std::string>(), "cluster3-cluster-secret");
-  EXPECT_EQ(docs[3]["kind"].as<std::string>(), "Service");
-  EXPECT_EQ(docs[3]["spec"]["clusterIP"].as<std::string>(), "None");
+  EXPECT_EQ(docs[3]["kind"].as<std::string>(), "PersistentVolumeClaim");
+  EXPECT_EQ(docs[3]["metadata"]["name"].as<std::string>(), "cluster3-checkpoints");
   const char* nodes[] = {"n0", "n1", "n2"};
   for (int i = 0; i < 3; ++i) {
-    const auto& sts = docs[4 + i];
+    const auto& svc = docs[4 + 2 * i];
+    EXPECT_EQ(svc["kind"].as<std::string>(), "Service");
+    EXPECT_EQ(svc["metadata"]["name"].as<std::string>(), std::string("cluster3-") + nodes[i]);
+    EXPECT_EQ(svc["spec"]["clusterIP"].as<std::string>(), "None");
+    const auto& sts = docs[5 + 2 * i];
     EXPECT_EQ(sts["kind"].as<std::string>(), "StatefulSet");
     EXPECT_EQ(sts["metadata"]["name"].as<std::string>(), std::string("cluster3-") + nodes[i]);
     EXPECT_EQ(sts["metadata"]["namespace"].as<std::string>(), "ml");
-    EXPECT_EQ(sts["spec"]["serviceName"].as<std::string>(), "cluster3");
+    EXPECT_EQ(sts["spec"]["serviceName"].as<std::string>(), std::string("cluster3-") + nodes[i]);
     const auto pod = sts["spec"]["template"];
     EXPECT_EQ(pod["metadata"]["labels"]["strata/role"].as<std::string>(),
               i == 0 ? "coordinator" : "node");
@@ -85,8 +91,7 @@ TEST(RenderK8s, Cluster3HasTheExpectedObjects) {
               std::to_string(9471 + i));
     const auto args = pod["spec"]["containers"][0]["args"];
     EXPECT_EQ(args[args.size() - 1].as<std::string>(), nodes[i]);
-    EXPECT_EQ(mount_of(pod, "ssd")["mountPath"].as<std::string>(),
-              std::string("data/cluster3/") + nodes[i]);
+    EXPECT_EQ(mount_of(pod, "ssd")["mountPath"].as<std::string>(), k8s_ssd_path);
     // Every node pod reads both secrets, owner-only.
     EXPECT_EQ(mount_of(pod, "cluster-secret")["mountPath"].as<std::string>(),
               "/etc/strata/cluster");
