@@ -136,4 +136,35 @@ status serving_client::push(const std::string& table, std::span<const uint64_t> 
   return {};
 }
 
+expected<std::vector<wire::table_info>> serving_client::tables() {
+  STRATA_TRY(request(wire::frame_type::tables, {}));
+  if (reply_.header.type != wire::frame_type::table_list)
+    return error(errc::corrupt_data, current_replica() + ": tables answered with frame type " +
+                                         std::to_string(int(reply_.header.type)));
+  auto out = wire::decode_table_list(reply_.payload);
+  if (!out) return error(out.err().code(), current_replica() + ": " + out.err().message());
+  return out;
+}
+
+expected<std::vector<uint64_t>> serving_client::list_keys(const std::string& table,
+                                                          uint32_t limit) {
+  // Checked here too: the server would refuse it, after a round trip.
+  if (limit == 0 || limit > wire::max_list_keys)
+    return error(errc::invalid_argument, "list keys of table '" + table + "': limit " +
+                                             std::to_string(limit) + " is outside 1.." +
+                                             std::to_string(wire::max_list_keys));
+  payload_.clear();
+  wire::encode(payload_, wire::list_keys_request{table, limit});
+  STRATA_TRY(request(wire::frame_type::list_keys, payload_));
+  if (reply_.header.type != wire::frame_type::key_list)
+    return error(errc::corrupt_data, current_replica() + ": list_keys answered with frame type " +
+                                         std::to_string(int(reply_.header.type)));
+  auto out = wire::decode_key_list(reply_.payload);
+  if (!out) return error(out.err().code(), current_replica() + ": " + out.err().message());
+  if (out->size() > limit)
+    return error(errc::corrupt_data, current_replica() + ": " + std::to_string(out->size()) +
+                                         " keys for a limit of " + std::to_string(limit));
+  return out;
+}
+
 }  // namespace strata::client

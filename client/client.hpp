@@ -5,6 +5,8 @@
 //   auto c = strata::client::serving_client::connect({{"10.0.0.5", 7100}, {"10.0.0.6", 7100}});
 //   auto rows = c->lookup("ads", keys);   // rows->weights: keys.size() x rows->dim
 //   c->push("ads", keys, grads);          // grads: keys.size() x dim, to a gateway
+//   auto t = c->tables();                 // [{name, dim}] of the served tables
+//   auto k = c->list_keys("ads", 10);     // up to 10 stored keys of "ads"
 //
 // A request goes to the current replica; if the connection fails (refused,
 // reset, timed out) the client moves to the next replica and retries the
@@ -64,6 +66,13 @@ class serving_client {
   // later is still safe within the shards' window.
   status push(const std::string& table, std::span<const uint64_t> keys,
               std::span<const float> grads, uint64_t id = 0);
+  // The served tables' names and dims (serving nodes and gateways).
+  expected<std::vector<wire::table_info>> tables();
+  // Up to `limit` (1..wire::max_list_keys) keys stored in `table`, the
+  // first in the server's storage order: keys to try a lookup with.
+  // Serving nodes answer it; errors: not_found (unknown table),
+  // invalid_argument (limit).
+  expected<std::vector<uint64_t>> list_keys(const std::string& table, uint32_t limit);
   // The id of the last push (to retry it after an error).
   uint64_t last_push_id() const { return last_push_id_; }
 

@@ -17,7 +17,7 @@ T get(const std::byte* p) {
   std::memcpy(&v, p, sizeof v);
   return v;
 }
-bool known_type(uint16_t t) { return t >= 1 && t <= 10; }
+bool known_type(uint16_t t) { return t >= 1 && t <= 14; }
 }  // namespace
 
 void append_frame(std::vector<std::byte>& out, frame_type type, uint64_t request,
@@ -188,6 +188,25 @@ void encode_push(std::vector<std::byte>& out, const std::string& table, uint32_t
   if (id != 0) w.u64(id);
 }
 
+void encode(std::vector<std::byte>& out, const std::vector<table_info>& tables) {
+  writer w(out);
+  w.u32(static_cast<uint32_t>(tables.size()));
+  for (const auto& t : tables) {
+    w.text16(t.name);
+    w.u32(t.dim);
+  }
+}
+void encode(std::vector<std::byte>& out, const list_keys_request& r) {
+  writer w(out);
+  w.text16(r.table);
+  w.u32(r.limit);
+}
+void encode_key_list(std::vector<std::byte>& out, std::span<const uint64_t> keys) {
+  writer w(out);
+  w.u32(static_cast<uint32_t>(keys.size()));
+  write_array<uint64_t>(w, keys);
+}
+
 expected<key_request> decode_key_request(std::span<const std::byte> payload) {
   reader r(payload, "lookup");
   key_request out;
@@ -281,6 +300,48 @@ expected<push_request> decode_push(std::span<const std::byte> payload) {
     if (out.id == 0) return r.fail("id (0 is sent as no id)");
     if (!r.at_end()) return r.fail("end");
   }
+  return out;
+}
+
+expected<std::vector<table_info>> decode_table_list(std::span<const std::byte> payload) {
+  reader r(payload, "table_list");
+  std::vector<table_info> out;
+  uint32_t n = 0;
+  if (!r.u32(n)) return r.fail("n");
+  // No reserve from n: each entry must be read (6 bytes at least) first.
+  for (uint32_t i = 0; i < n; ++i) {
+    table_info t;
+    if (!r.text16(t.name)) return r.fail("name");
+    if (!r.u32(t.dim)) return r.fail("dim");
+    out.push_back(std::move(t));
+  }
+  if (!r.at_end()) return r.fail("end");
+  return out;
+}
+
+expected<list_keys_request> decode_list_keys(std::span<const std::byte> payload) {
+  reader r(payload, "list_keys");
+  list_keys_request out;
+  if (!r.text16(out.table)) return r.fail("table");
+  if (!r.u32(out.limit)) return r.fail("limit");
+  if (!r.at_end()) return r.fail("end");
+  if (out.limit == 0 || out.limit > max_list_keys)
+    return error(errc::invalid_argument, "list_keys payload: limit " + std::to_string(out.limit) +
+                                             " is outside 1.." + std::to_string(max_list_keys));
+  return out;
+}
+
+expected<std::vector<uint64_t>> decode_key_list(std::span<const std::byte> payload) {
+  reader r(payload, "key_list");
+  std::vector<uint64_t> out;
+  uint32_t n = 0;
+  if (!r.u32(n)) return r.fail("n");
+  if (n > max_list_keys)
+    return error(errc::corrupt_data, "key_list payload: " + std::to_string(n) +
+                                         " keys, more than the limit of " +
+                                         std::to_string(max_list_keys));
+  if (!read_array(r, out, n)) return r.fail("keys");
+  if (!r.at_end()) return r.fail("end");
   return out;
 }
 

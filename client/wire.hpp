@@ -29,6 +29,10 @@
 //                      n x dim x f32 gradients, then optionally a push
 //                      id (u64, non-zero: a retry of it applies once;
 //                      absent in older clients) (a training gateway; ack n)
+//   tables             (empty): the served tables' names and dims
+//   table_list         n (u32), n x (name (u16 length + bytes), dim (u32))
+//   list_keys          table, limit (u32, 1..max_list_keys): some stored keys
+//   key_list           n (u32, <= the limit), n x key (u64)
 // A frame with a bad magic, version, type, length or checksum, or a payload
 // that does not parse exactly, is rejected with an error naming the field:
 // nothing in it is trusted.
@@ -63,7 +67,14 @@ enum class frame_type : uint16_t {
   push = 8,
   challenge = 9,
   proof = 10,
+  tables = 11,
+  table_list = 12,
+  list_keys = 13,
+  key_list = 14,
 };
+
+// A list_keys request asks for at most this many keys (a bounded reply).
+inline constexpr uint32_t max_list_keys = 1000;
 
 struct frame_header {
   frame_type type = frame_type::error;
@@ -153,6 +164,14 @@ struct push_request {  // gradients for a training cluster (async mode)
   std::vector<float> grads;  // n x dim
   uint64_t id = 0;           // push id (0: none; the optional trailing u64)
 };
+struct table_info {  // one entry of a table_list reply
+  std::string name;
+  uint32_t dim = 0;
+};
+struct list_keys_request {
+  std::string table;
+  uint32_t limit = 0;  // 1..max_list_keys
+};
 struct update_batch {
   std::string table;
   uint64_t stream = 0;
@@ -170,6 +189,9 @@ void encode(std::vector<std::byte>& out, const subscribe_request& r);
 void encode(std::vector<std::byte>& out, const update_batch& r);
 void encode(std::vector<std::byte>& out, const challenge_frame& r);
 void encode(std::vector<std::byte>& out, const proof_frame& r);
+void encode(std::vector<std::byte>& out, const std::vector<table_info>& tables);
+void encode(std::vector<std::byte>& out, const list_keys_request& r);
+void encode_key_list(std::vector<std::byte>& out, std::span<const uint64_t> keys);
 // A push straight from the caller's arrays (no copy into a request struct).
 // `id` 0 writes no id (the payload older clients send).
 void encode_push(std::vector<std::byte>& out, const std::string& table, uint32_t dim,
@@ -188,5 +210,9 @@ expected<update_batch> decode_updates(std::span<const std::byte> payload);
 expected<challenge_frame> decode_challenge(std::span<const std::byte> payload);
 expected<proof_frame> decode_proof(std::span<const std::byte> payload);
 expected<push_request> decode_push(std::span<const std::byte> payload);
+expected<std::vector<table_info>> decode_table_list(std::span<const std::byte> payload);
+// Refuses a limit of 0 or over max_list_keys (invalid_argument naming it).
+expected<list_keys_request> decode_list_keys(std::span<const std::byte> payload);
+expected<std::vector<uint64_t>> decode_key_list(std::span<const std::byte> payload);
 
 }  // namespace strata::wire

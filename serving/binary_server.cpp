@@ -5,6 +5,7 @@
 
 #include "client/frame_socket.hpp"
 #include "serving/connection_limits.hpp"
+#include "serving/metadata_requests.hpp"
 
 namespace strata::serving {
 
@@ -131,6 +132,10 @@ struct binary_server::impl {
           keep = send_ack(req->keys.size());
           break;
         }
+        case wire::frame_type::tables:
+        case wire::frame_type::list_keys:
+          keep = answer_metadata_request(service, socket, *frame);
+          break;
         default:
           send_error(socket, id,
                      error(errc::invalid_argument, "frame type " +

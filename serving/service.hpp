@@ -14,7 +14,9 @@
 #include <mutex>
 #include <span>
 #include <string>
+#include <vector>
 
+#include "client/wire.hpp"
 #include "serving/serving_store.hpp"
 
 namespace strata::serving {
@@ -58,6 +60,10 @@ class lookup_service {
   // not applied again (docs/serving.md, "Retrying a push").
   virtual status push(const std::string& table, uint32_t dim, std::span<const uint64_t> keys,
                       std::span<const float> grads, uint64_t id = 0);
+  // The tables answered here, with their dims; and up to `limit` keys
+  // stored in one (serving/metadata_requests.hpp). The defaults refuse.
+  virtual expected<std::vector<wire::table_info>> tables();
+  virtual expected<std::vector<uint64_t>> list_keys(const std::string& table, uint32_t limit);
 };
 
 class serving_service : public lookup_service {
@@ -75,6 +81,9 @@ class serving_service : public lookup_service {
   status apply_updates(const std::string& table, std::span<const uint64_t> keys,
                        std::span<const float> weights, std::span<const uint64_t> versions) override;
   expected<uint32_t> dim_of(const std::string& table);
+  expected<std::vector<wire::table_info>> tables() override;
+  // Errors: not_found (unknown table), invalid_argument (limit over wire::max_list_keys).
+  expected<std::vector<uint64_t>> list_keys(const std::string& table, uint32_t limit) override;
   // Copies of the tables' stats.
   std::map<std::string, serving_stats> stats();
   const service_limits& limits() const { return limits_; }

@@ -9,6 +9,7 @@
 
 #include "actors/checkpoint.hpp"
 #include "common/file_manifest.hpp"
+#include "serving/metadata_requests.hpp"
 
 namespace strata::serving {
 
@@ -377,6 +378,10 @@ status serving_store::insert_pending() {
   auto result = s.cache_insert(s.pending.keys(), s.pending.record(0));
   s.pending.clear();
   return result;
+}
+
+status serving_store::list_keys(uint32_t limit, std::vector<uint64_t>& out) {
+  return first_keys(*impl_->lmdb, impl_->config.partitions, limit, out);
 }
 
 expected<uint64_t> serving_store::version_of(uint64_t key) {

@@ -121,6 +121,9 @@ class serving_store {
   status apply_updates(std::span<const uint64_t> keys, std::span<const float> weights,
                        std::span<const uint64_t> versions);
 
+  // Appends up to `limit` stored keys to `out`, in LMDB order (partition,
+  // then key); the LMDB tier holds every row of the store.
+  status list_keys(uint32_t limit, std::vector<uint64_t>& out);
   // The version stored for `key` (0 if absent).
   expected<uint64_t> version_of(uint64_t key);
   double recent_hit_rate() const;

@@ -63,6 +63,8 @@ class training_gateway : public lookup_service {
   expected<uint64_t> reply_bytes(const std::string& table, size_t n) override;
   status push(const std::string& table, uint32_t dim, std::span<const uint64_t> keys,
               std::span<const float> grads, uint64_t id = 0) override;
+  // Its one table (keys are listed from a checkpoint, not the shards).
+  expected<std::vector<wire::table_info>> tables() override;
 
  private:
   struct routing {

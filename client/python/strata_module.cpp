@@ -6,6 +6,9 @@
 //   rows, versions = c.lookup_with_versions("ads", keys)
 //   c.prefetch("ads", keys)
 //   c.push("ads", keys, grads)   # (len(keys), dim) float32, to a training gateway
+//   c.tables()                   # [{"name": "ads", "dim": 9}]
+//   c.keys("ads", 10)            # up to 10 stored keys, uint64 array
+//   strata_client.key("C1", "68fd1e64")  # the key strata stores that value under
 //
 // Keys are taken as a contiguous uint64 array without a copy (other
 // integer arrays are converted once). The returned float32 array owns the
@@ -18,6 +21,7 @@
 #include <stdexcept>
 
 #include "client/client.hpp"
+#include "model/features.hpp"
 
 namespace py = pybind11;
 using strata::client::serving_client;
@@ -62,6 +66,30 @@ py::tuple lookup(serving_client& c, const std::string& table, const key_array& k
 
 PYBIND11_MODULE(strata_client, m) {
   m.doc() = "strata serving client: embedding lookups over the binary protocol, with failover";
+  // The C++ feature hashes themselves (model/features.hpp), not a copy.
+  m.def(
+      "key",
+      [](const py::object& slot, const py::object& value) -> uint64_t {
+        if (py::isinstance<py::int_>(slot)) {
+          const auto n = slot.cast<int64_t>();
+          if (n < 0 || n > int64_t{UINT32_MAX})
+            throw std::invalid_argument("strata: unknown slot " + std::to_string(n));
+          // A numbered slot: an int value is an integer feature, a str a categorical one.
+          if (py::isinstance<py::int_>(value))
+            return strata::model::integer_key(static_cast<uint32_t>(n), value.cast<int64_t>());
+          return strata::model::categorical_key(static_cast<uint32_t>(n),
+                                                value.cast<std::string>());
+        }
+        const std::string text =
+            py::isinstance<py::str>(value) ? value.cast<std::string>() : py::str(value).cast<std::string>();
+        auto k = strata::model::feature_key(slot.cast<std::string>(), text);
+        if (!k) raise(k.err());
+        return *k;
+      },
+      py::arg("slot"), py::arg("value"),
+      "The key strata stores a feature value under (docs/model.md): slot \"I1\"..\"I13\" "
+      "(integer) or \"C1\"..\"C26\" (categorical) of criteo_tsv data, or a slot number "
+      "(an int value: integer feature, a str: categorical). ValueError names an unknown slot");
   py::class_<serving_client>(m, "Client")
       .def(py::init([](const std::vector<std::string>& replicas, double timeout_s) {
              strata::client::client_options o;
@@ -120,6 +148,40 @@ PYBIND11_MODULE(strata_client, m) {
           "a fresh random one for 0) that the shards apply once: a lost connection or a push "
           "applied only in part is re-sent with the same id; after an error, push(..., "
           "id=c.last_push_id) again is safe")
+      .def(
+          "tables",
+          [](serving_client& c) {
+            strata::expected<std::vector<strata::wire::table_info>> got =
+                std::vector<strata::wire::table_info>{};
+            {
+              py::gil_scoped_release unlocked;
+              got = c.tables();
+            }
+            if (!got) raise(got.err());
+            py::list out;
+            for (const auto& t : *got) {
+              py::dict d;
+              d["name"] = t.name;
+              d["dim"] = t.dim;
+              out.append(d);
+            }
+            return out;
+          },
+          "The served tables: [{\"name\": str, \"dim\": int}]")
+      .def(
+          "keys",
+          [](serving_client& c, const std::string& table, uint32_t limit) {
+            strata::expected<std::vector<uint64_t>> got = std::vector<uint64_t>{};
+            {
+              py::gil_scoped_release unlocked;
+              got = c.list_keys(table, limit);
+            }
+            if (!got) raise(got.err());
+            const auto n = static_cast<py::ssize_t>(got->size());
+            return to_array(std::move(*got), {n});
+          },
+          py::arg("table"), py::arg("limit") = 10,
+          "Up to `limit` (1..1000) keys stored in the table, a uint64 array: keys to look up")
       .def_property_readonly("last_push_id", &serving_client::last_push_id)
       .def_property_readonly("replica", &serving_client::current_replica)
       .def_property_readonly("failovers", &serving_client::failovers);
