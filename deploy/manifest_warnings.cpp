@@ -18,8 +18,9 @@ bool exists_here(const fs::path& p) {
 std::vector<std::string> missing_file_warnings(const manifest& m) {
   std::vector<std::string> out;
   const std::string where = m.file.string() + ": ";
-  const std::string tail = " does not exist on this machine (strata launch refuses to start "
-                           "without it";
+  const std::string tail =
+      " does not exist on this machine (strata launch refuses to start "
+      "without it";
   if (!m.generate && !m.data.path.empty()) {
     std::error_code ec;
     if (!exists_here(m.data.path))
@@ -29,8 +30,7 @@ std::vector<std::string> missing_file_warnings(const manifest& m) {
       out.push_back(where + "data.path: " + m.data.path.string() +
                     " is not a regular file (strata launch refuses it)");
   }
-  if (!m.admin.token_file.empty() && !m.admin.create_if_missing &&
-      !exists_here(m.admin.token_file))
+  if (!m.admin.token_file.empty() && !m.admin.create_if_missing && !exists_here(m.admin.token_file))
     out.push_back(where + "admin.token_file: " + m.admin.token_file.string() + tail +
                   "; admin.create_if_missing: true has launch create it)");
   if (!m.cluster_secret.file.empty() && !m.cluster_secret.create_if_missing &&

@@ -155,7 +155,6 @@ expected<k8s_secrets> read_k8s_secrets(const manifest& m, std::ostream& notes) {
   return out;
 }
 
-
 namespace {
 
 // A claim: per pod (a StatefulSet's template) or shared (its own object).
@@ -205,8 +204,7 @@ std::string memory_of(const manifest& m, const node_view& n) {
 
 // /metrics needs no token and is served from before training starts; a
 // node without metrics is checked by connecting to its first port.
-void probe(YAML::Emitter& y, const char* key, const node_view& n, int initial_delay,
-           int failures) {
+void probe(YAML::Emitter& y, const char* key, const node_view& n, int initial_delay, int failures) {
   if (!n.metrics_port && n.ports.empty()) return;
   y << YAML::Key << key << YAML::Value << YAML::BeginMap;
   if (n.metrics_port) {
@@ -256,7 +254,8 @@ expected<std::string> render_k8s(const manifest& m, const std::string& manifest_
     secret_doc(y, cluster_secret, "secret", *secrets.cluster_secret, o, cluster);
 
   // The volumes every pod shares.
-  if (has_data && !data_per_pod) shared_claim(y, data_claim, "ReadOnlyMany", o.data_size, o, cluster);
+  if (has_data && !data_per_pod)
+    shared_claim(y, data_claim, "ReadOnlyMany", o.data_size, o, cluster);
   if (has_checkpoints)
     shared_claim(y, checkpoint_claim, "ReadWriteMany", o.checkpoint_size, o, cluster);
 

@@ -47,11 +47,11 @@
 namespace strata::deploy {
 
 struct k8s_options {
-  std::string image = "strata:latest";  // container image with the strata binary
-  std::string namespace_name;           // empty: no metadata.namespace
-  std::string ssd_size = "100Gi";       // each SSD volume claim
-  std::string storage_class;            // empty: the cluster's default
-  std::string data_size = "100Gi";      // the data volume (shared, or each pod's)
+  std::string image = "strata:latest";    // container image with the strata binary
+  std::string namespace_name;             // empty: no metadata.namespace
+  std::string ssd_size = "100Gi";         // each SSD volume claim
+  std::string storage_class;              // empty: the cluster's default
+  std::string data_size = "100Gi";        // the data volume (shared, or each pod's)
   std::string checkpoint_size = "100Gi";  // the shared checkpoint volume
   // Storage class of the shared volumes (ReadOnlyMany / ReadWriteMany:
   // e.g. NFS or CephFS); empty: the cluster's default.

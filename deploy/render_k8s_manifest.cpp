@@ -107,7 +107,7 @@ expected<std::string> k8s_pod_manifest(const manifest& m, const std::string& tex
   // address. Admin requires its token and metrics are read-only; the
   // gateway has no authentication and stays on loopback (docs/deploy.md).
   if (m.metrics.port != 0 || std::any_of(m.nodes.begin(), m.nodes.end(),
-                                          [](const auto& n) { return n.metrics_port != 0; }))
+                                         [](const auto& n) { return n.metrics_port != 0; }))
     root["metrics"]["bind_address"] = "0.0.0.0";
   if (root["admin"] && root["admin"].IsMap()) {
     YAML::Node admin = root["admin"];

@@ -57,8 +57,9 @@ TEST(ManifestReport, FieldErrorsAndRuleErrorsComeInOneRun) {
   const std::string e = error_of(text_with({{5, "  dram_bytes: lots"}, {9, "  staleness: 3"}}));
   EXPECT_TRUE(holds(e, "m.yaml:5: shards.dram_bytes: expected a size like 64MiB, got \"lots\""))
       << e;
-  EXPECT_TRUE(holds(e, "m.yaml:9: caches.staleness: async mode needs staleness >= "
-                       "workers.prefetch_depth + workers.max_in_flight (2 + 2 = 4), got 3"))
+  EXPECT_TRUE(holds(e,
+                    "m.yaml:9: caches.staleness: async mode needs staleness >= "
+                    "workers.prefetch_depth + workers.max_in_flight (2 + 2 = 4), got 3"))
       << e;
   // Sorted by line: the field error first.
   EXPECT_LT(e.find("m.yaml:5:"), e.find("m.yaml:9:")) << e;
@@ -78,8 +79,9 @@ TEST(ManifestReport, ARuleAboutAFieldThatFailedIsLeftOut) {
 
 TEST(ManifestReport, AnUnknownKeyNamesTheKeyItMostLikelyMeant) {
   const std::string e = error_of(text_with({{4, "  cout: 2"}}));
-  EXPECT_TRUE(holds(e, "m.yaml:4: shards.cout: unknown key, did you mean 'count'? (expected one "
-                       "of: "))
+  EXPECT_TRUE(holds(e,
+                    "m.yaml:4: shards.cout: unknown key, did you mean 'count'? (expected one "
+                    "of: "))
       << e;
   EXPECT_TRUE(holds(e, ", count, ")) << e;  // the whole list stays
   EXPECT_TRUE(holds(error_of(text_with({}, "workrs:\n  count: 1\n")),
@@ -131,13 +133,14 @@ TEST(ManifestReport, MissingFilesLaunchNeedsAreWarnings) {
 
 // Before: nothing said that the next launch removes a store's rows.
 TEST(ManifestReport, AStoreWithoutCheckpointsIsWarnedItsRowsGo) {
-  const std::string store = text_with({{11, "  count: 0"}, {12, "  prefetch_depth: 1"}},
-                                      "gateway:\n  port: 7080\n");
+  const std::string store =
+      text_with({{11, "  count: 0"}, {12, "  prefetch_depth: 1"}}, "gateway:\n  port: 7080\n");
   auto m = parse_manifest(store, "m.yaml");
   ASSERT_TRUE(m) << m.err().message();
   const std::string w = store_without_checkpoint_warning(*m);
-  EXPECT_TRUE(holds(w, "m.yaml: a store (workers.count 0) without a checkpoint section: every "
-                       "strata launch starts fresh and removes the rows under /tmp/state"))
+  EXPECT_TRUE(holds(w,
+                    "m.yaml: a store (workers.count 0) without a checkpoint section: every "
+                    "strata launch starts fresh and removes the rows under /tmp/state"))
       << w;
   EXPECT_TRUE(holds(w, "add checkpoint: {dir: PATH}")) << w;
   auto kept = parse_manifest(store + "checkpoint:\n  dir: /tmp/ckpt\n", "m.yaml");

@@ -38,8 +38,8 @@ std::string example(const std::string& name) {
 }
 
 struct rendered {
-  manifest source;                             // as written
-  manifest in_pod;                             // the ConfigMap's manifest, parsed
+  manifest source;  // as written
+  manifest in_pod;  // the ConfigMap's manifest, parsed
   std::vector<YAML::Node> docs;
   std::map<std::string, YAML::Node> by_name;  // "Kind/name"
 };
@@ -51,7 +51,8 @@ rendered render(const std::string& text, const std::string& label, const k8s_opt
   EXPECT_TRUE(m) << m.err().message();
   if (!m) return r;
   r.source = *m;
-  auto out = render_k8s(*m, text, o, {"admin-token-for-reference-tests-01", "cluster-secret-0123456789abcdef"});
+  auto out = render_k8s(*m, text, o,
+                        {"admin-token-for-reference-tests-01", "cluster-secret-0123456789abcdef"});
   EXPECT_TRUE(out) << out.err().message();
   if (!out) return r;
   r.docs = YAML::LoadAll(*out);
@@ -167,7 +168,8 @@ void check_references(const rendered& r, const k8s_options& o = {}) {
       const std::string secret = v["secret"]["secretName"].as<std::string>();
       ASSERT_TRUE(r.by_name.count("Secret/" + secret)) << secret;
       EXPECT_EQ(file.filename().string(), key);
-      EXPECT_TRUE(r.by_name.at("Secret/" + secret)["stringData"][key]) << secret << " has no " << key;
+      EXPECT_TRUE(r.by_name.at("Secret/" + secret)["stringData"][key])
+          << secret << " has no " << key;
     };
     if (!pod.admin.token_file.empty()) secret_file(pod.admin.token_file, "token");
     if (!pod.cluster_secret.file.empty()) secret_file(pod.cluster_secret.file, "secret");
@@ -241,8 +243,7 @@ void check_references(const rendered& r, const k8s_options& o = {}) {
   // No admin API: no admin Secret, nothing mounted for it.
   const bool admin = !src.admin.token.empty() || !src.admin.token_file.empty();
   for (const auto& s : of_kind(r, "Secret"))
-    if (!admin)
-      EXPECT_EQ(s["stringData"]["token"], YAML::Node()) << s["metadata"]["name"];
+    if (!admin) EXPECT_EQ(s["stringData"]["token"], YAML::Node()) << s["metadata"]["name"];
   EXPECT_EQ(r.by_name.count("Secret/" + k8s_name(src.cluster.name) + "-admin-token"),
             admin ? 1u : 0u);
 }
@@ -262,9 +263,9 @@ TEST(RenderK8sReferences, LargeReadsItsDataFromASharedVolume) {
   const auto r = render(example("large"), "large.yaml");
   check_references(r);
   EXPECT_TRUE(r.by_name.count("PersistentVolumeClaim/large-data"));
-  EXPECT_EQ(r.by_name.at("PersistentVolumeClaim/large-data")["spec"]["accessModes"][0]
-                .as<std::string>(),
-            "ReadOnlyMany");
+  EXPECT_EQ(
+      r.by_name.at("PersistentVolumeClaim/large-data")["spec"]["accessModes"][0].as<std::string>(),
+      "ReadOnlyMany");
 }
 
 // A store (no workers, no data) that serves a checkpoint of its own.
