@@ -52,7 +52,9 @@ void add_bench_command(CLI::App& app, int& exit_code) {
                   "checkpointed LMDB environment (default 10000000); scale: rows moved (default "
                   "10000000)");
   cmd->add_option("--manifest", opts->manifest,
-                  "e2e: model, tiers and workers (default deploy/examples/local.yaml)");
+                  "e2e: one configuration's model, tiers and workers (default: the bench's "
+                  "fixed demo and wide configurations); checkpoint: the cluster (default "
+                  "deploy/examples/local.yaml)");
   cmd->add_option("--torch-script", opts->torch_script, "e2e: the PyTorch baseline script");
   cmd->add_option("--transport-peer", opts->transport_peer,
                   "transport: internal, run as the benchmark's peer process (shm or tcp)")
@@ -115,10 +117,21 @@ void add_bench_command(CLI::App& app, int& exit_code) {
         std::cerr << "strata bench gpu: skipped: built without CUDA (nvcc not found)\n";
 #endif
       } else {
-        auto m = deploy::load_manifest(opts->manifest);
-        if (!m) throw std::runtime_error(m.err().to_string());
         bench::e2e_bench_options o;
-        o.base = m->cluster;
+        if (cmd->count("--manifest")) {  // one configuration, the manifest's
+          auto m = deploy::load_manifest(opts->manifest);
+          if (!m) throw std::runtime_error(m.err().to_string());
+          o.configs.push_back({"", "", m->cluster});
+        } else {  // the two fixed ones, in each mode (bench/e2e_bench.hpp)
+          for (const char* config : {"demo", "wide"})
+            for (const char* mode : {"async", "pass"}) {
+              auto m = deploy::parse_manifest(bench::e2e_manifest(config, mode),
+                                              std::string("bench e2e ") + config + " " + mode);
+              if (!m) throw std::runtime_error(m.err().to_string());
+              o.configs.push_back({config == std::string("wide") ? "wide" : "",
+                                   mode == std::string("pass") ? "_pass" : "", m->cluster});
+            }
+        }
         o.train_rows = opts->small ? 20000 : opts->rows;
         o.heldout_rows = o.train_rows / 4;
         o.distinct_keys = cmd->count("--keys") ? opts->keys : (opts->small ? 20000 : 200000);
