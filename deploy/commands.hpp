@@ -47,4 +47,9 @@ void add_checkpoint_create_command(CLI::App& checkpoint, int& exit_code);
 // until SIGINT/SIGTERM (docs/serving.md).
 void add_serve_command(CLI::App& app, int& exit_code);
 
+// `strata key --slot S --value V`, `strata keys --table T [--limit N]
+// (--checkpoint DIR | --server HOST:PORT)`, `strata tables --server
+// HOST:PORT`: keys users can look up (deploy/key_command.cpp).
+void add_key_commands(CLI::App& app, int& exit_code);
+
 }  // namespace strata::cli

@@ -47,6 +47,7 @@ int main(int argc, char** argv) {
   strata::cli::add_bench_command(app, exit_code);
   strata::cli::add_checkpoint_command(app, exit_code);
   strata::cli::add_serve_command(app, exit_code);
+  strata::cli::add_key_commands(app, exit_code);
   strata::cli::add_admin_commands(app, exit_code);
   strata::cli::add_render_command(app, exit_code);
 
