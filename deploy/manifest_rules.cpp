@@ -1,5 +1,6 @@
 // The rules between fields (docs/manifest.md, Rules between fields),
 // checked once every field parsed (deploy/manifest_parse.hpp).
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
@@ -97,12 +98,16 @@ void check_rules(const raw_manifest& r, diagnostics& diag) {
                 "node budget " + format_size(n.dram_bytes) + " cannot hold one shard's " +
                     "shards.dram_bytes (" + format_size(r.dram.capacity_bytes) + ")");
   }
+  // A node whose name did not parse (reported) would make every placement
+  // on it look unknown.
+  const bool all_named = std::all_of(r.nodes.begin(), r.nodes.end(),
+                                     [](const node_settings& n) { return !n.name.empty(); });
   auto check_placement = [&](const std::vector<std::string>& names,
                              const std::vector<std::pair<std::string, YAML::Mark>>& marks,
                              const std::string& what, const std::string& section,
                              uint32_t count) {
     for (size_t i = 0; i < names.size(); ++i)
-      if (!node_names.count(names[i]))
+      if (all_named && !node_names.count(names[i]))
         diag.fail(marks[i].second, marks[i].first,
                   what + " " + std::to_string(i) + " placed on unknown node \"" + names[i] + "\"" +
                       (r.nodes.empty() ? " (the manifest has no nodes list)" : ""));

@@ -77,6 +77,15 @@ TEST(ManifestReport, ARuleAboutAFieldThatFailedIsLeftOut) {
   EXPECT_EQ(budget, "m.yaml:5: shards.dram_bytes: expected a size like 64MiB, got \"1x\"");
 }
 
+// A node without a name: its placements are not called unknown.
+TEST(ManifestReport, ANodeWithoutANameDoesNotMakeItsPlacementsUnknown) {
+  const std::string e =
+      error_of(text_with({{4, "  count: 1"}, {5, "  placement: [n0]"}},
+                         "cluster_secret:\n  file: /tmp/s\nnodes:\n  - host: 127.0.0.1\n"));
+  EXPECT_TRUE(holds(e, "nodes[0].name: required field missing")) << e;
+  EXPECT_FALSE(holds(e, "unknown node")) << e;
+}
+
 TEST(ManifestReport, AnUnknownKeyNamesTheKeyItMostLikelyMeant) {
   const std::string e = error_of(text_with({{4, "  cout: 2"}}));
   EXPECT_TRUE(holds(e,
