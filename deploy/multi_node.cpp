@@ -129,6 +129,9 @@ expected<actors::cluster_placement> node_membership::place(caf::actor_system& sy
   bc.heartbeat_interval = std::chrono::milliseconds(ts.heartbeat_interval_ms);
   bc.heartbeat_timeout = std::chrono::milliseconds(ts.heartbeat_timeout_ms);
   bc.max_outstanding_bytes = ts.max_outstanding_bytes;
+  // Whether UCX sends from device memory matters (and is logged) only
+  // where rows live on a device.
+  bc.device_memory = self.devices > 0 || m_.cache_backend == cache_backend_choice::gpu;
   // Membership: only the manifest's nodes, each proving the cluster secret.
   bc.cluster_secret = secret_;
   for (const auto& n : m_.nodes) bc.admitted_nodes.push_back(n.name);
@@ -243,6 +246,8 @@ status node_membership::join(const actors::training_cluster& cluster) {
       targets::finished,
       [this](const std::string& peer, std::span<const std::byte>) -> expected<std::vector<std::byte>> {
         if (peer == coordinator_) {
+          // The run is over: peers closing their connections now are leaving.
+          transport_->bridge().expect_departures();
           {
             std::lock_guard lock(mu_);
             finished_ = true;
@@ -339,6 +344,8 @@ status node_membership::serve_until_done() {
 void node_membership::finish(bool ok) {
   if (ok && transport_ && runs_coordinator()) {
     auto& bridge = transport_->bridge();
+    // Members stop once told: their connections closing are departures.
+    bridge.expect_departures();
     std::vector<std::future<bool>> answers;
     for (const auto& peer : m_.nodes) {
       if (peer.name == me_) continue;

@@ -129,6 +129,8 @@ void node_bridge::reply(const std::string& peer, uint64_t request_id, frame_type
   (void)impl_->enqueue(peer, type, 0, request_id, std::move(payload), {});
 }
 
+void node_bridge::expect_departures() { impl_->departures_expected_ = true; }
+
 std::vector<std::string> node_bridge::peers() const {
   std::lock_guard lock(impl_->mu_);
   std::vector<std::string> out;

@@ -91,6 +91,9 @@ struct bridge_config {
   std::string host_id;
   // Print UCX's lanes (transports) of each worker-address endpoint to stderr.
   bool log_endpoints = false;
+  // The node moves rows in device memory (GPU cache tiers): log at start
+  // whether UCX sends from CUDA memory directly or stages through host.
+  bool device_memory = false;
   // Test seam (faults are injected through seams): called with every sequenced
   // frame after it is sealed, before it is sent; it may corrupt it.
   std::function<void(frame_header&, std::vector<std::byte>& payload)> outgoing_fault;
@@ -194,6 +197,10 @@ class node_bridge {
   void reply(const std::string& peer, uint64_t request_id, frame_type type,
              std::vector<std::byte> payload);
 
+  // From now on a peer whose connection closes (without a goodbye, e.g.
+  // reset while both ends stop) is logged as leaving, not as down: the
+  // owner's run has ended. Its requests still fail. Thread-safe.
+  void expect_departures();
   // Peers known so far, up or down.
   std::vector<std::string> peers() const;
   bool is_up(const std::string& peer) const;

@@ -29,7 +29,7 @@ void node_bridge::impl::on_ep_error(void* arg, ucp_ep_h, ucs_status_t status) {
 
 void node_bridge::impl::ep_failed(ep_context* ctx, const std::string& reason) {
   if (ctx->peer >= 0) {
-    mark_down(*peers_[ctx->peer], reason);
+    mark_down(*peers_[ctx->peer], reason, /*disconnected=*/true);
   } else if (ctx->connect != 0) {
     fail_connect(ctx->connect, reason);
   }

@@ -187,6 +187,9 @@ struct node_bridge::impl {
   std::deque<std::shared_ptr<connect_op>> connects_queued_;
   uint64_t next_request_id_ = 1;
   bool stopping_ = false;
+  // node_bridge::expect_departures: a peer whose connection closes is
+  // logged as leaving, not as down.
+  std::atomic<bool> departures_expected_{false};
   bool stopped_ = false;
   std::atomic<uint64_t> rejected_unknown{0}, peers_down{0};
   std::atomic<uint64_t> unauthenticated{0}, refused_handshakes{0};
@@ -376,7 +379,10 @@ struct node_bridge::impl {
 
   // --- failure ----------------------------------------------------------------------
 
-  void mark_down(peer_state& peer, const std::string& reason);
+  // `disconnected`: the connection closed under us (an endpoint error, a
+  // failed send or receive), not a protocol failure; once departures are
+  // expected (node_bridge::expect_departures) that is a peer leaving.
+  void mark_down(peer_state& peer, const std::string& reason, bool disconnected = false);
 
   void heartbeat(clock::time_point now);
 

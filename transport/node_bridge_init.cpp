@@ -53,9 +53,11 @@ status node_bridge::impl::init() {
     memory.host = (attr.memory_types & UCS_BIT(UCS_MEMORY_TYPE_HOST)) != 0;
     memory.cuda = (attr.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
   }
-  log(memory.cuda ? "UCX supports CUDA memory: device rows go to UCX directly (GPUDirect)"
-                  : "UCX has no CUDA memory support: device rows are staged through host "
-                    "buffers");
+  // Only a node that moves device rows cares (a CPU cluster, a client: no).
+  if (config.device_memory)
+    log(memory.cuda ? "UCX supports CUDA memory: device rows go to UCX directly (GPUDirect)"
+                    : "UCX has no CUDA memory support: device rows are staged through host "
+                      "buffers");
 
   ucp_worker_params_t wparams{};
   wparams.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
@@ -130,8 +132,8 @@ status node_bridge::impl::init() {
   if (auto qs = ucp_listener_query(listener, &la); qs != UCS_OK) {
     return error(errc::unavailable, std::string("ucp_listener_query: ") + ucs_status_string(qs));
   }
+  // The owner prints where it listens (node, gateway, serving): once.
   port = ntohs(reinterpret_cast<const sockaddr_in*>(&la.sockaddr)->sin_port);
-  log("listening on " + config.listen_address + ":" + std::to_string(port));
   return {};
 }
 

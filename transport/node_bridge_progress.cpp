@@ -13,11 +13,14 @@
 
 namespace strata::transport {
 
-void node_bridge::impl::mark_down(peer_state& peer, const std::string& reason) {
+void node_bridge::impl::mark_down(peer_state& peer, const std::string& reason,
+                                  bool disconnected) {
   std::unordered_map<uint64_t, peer_state::pending> pending;
+  bool stopping = false;
   {
     std::lock_guard lock(mu_);
     if (peer.down) return;
+    stopping = stopping_;
     peer.down = true;
     peer.up = false;
     peer.down_reason = reason;
@@ -26,7 +29,17 @@ void node_bridge::impl::mark_down(peer_state& peer, const std::string& reason) {
   }
   cv_.notify_all();
   ++peers_down;
-  log("node '" + peer.name + "' down: " + reason);
+  // Log what is true: a peer that said goodbye, or whose connection closed
+  // once departures were expected (the end of a run), left; this node's
+  // own stop is logged once by shutdown(); anything else is a failure.
+  if (stopping) {
+  } else if (peer.leaving) {
+    log("node '" + peer.name + "' left (goodbye)");
+  } else if (disconnected && departures_expected_) {
+    log("node '" + peer.name + "' left (disconnected at the end)");
+  } else {
+    log("node '" + peer.name + "' down: " + reason);
+  }
   for (auto& c : ep_contexts) {
     if (!c->closed && c->peer == static_cast<int>(peer.index)) schedule_close(c.get());
   }
@@ -152,6 +165,11 @@ void node_bridge::impl::shutdown() {
     return false;
   };
   while (holding() && clock::now() < deadline) ucp_worker_progress(worker);
+  if (!live.empty()) {
+    std::string names;
+    for (auto* p : live) names += (names.empty() ? "'" : ", '") + p->name + "'";
+    log("stopping: goodbye to node" + std::string(live.size() == 1 ? " " : "s ") + names);
+  }
   for (auto* p : live)
     send_control(p->ep, frame_type::goodbye, 0, false, static_cast<int>(p->index));
   while (sends_in_flight > 0 && clock::now() < deadline) ucp_worker_progress(worker);
@@ -165,6 +183,21 @@ void node_bridge::impl::shutdown() {
     return false;
   };
   while (undelivered() && clock::now() < deadline) ucp_worker_progress(worker);
+  // Nothing credits the goodbye (it is not sequenced): wait (same deadline)
+  // until each peer closed its side, which it does once it has read the
+  // goodbye. Closing first let our connection's reset overtake the goodbye
+  // on the peer (a clean stop logged there as "connection error"). Peers
+  // whose goodbye arrives meanwhile are closed at once: two nodes stopping
+  // together must not wait for each other.
+  auto open = [&] {
+    for (auto* p : live)
+      if (!p->down) return true;
+    return false;
+  };
+  while (open() && clock::now() < deadline) {
+    ucp_worker_progress(worker);
+    close_scheduled();
+  }
   for (auto& c : ep_contexts) schedule_close(c.get());
   close_scheduled();
   const auto close_deadline = clock::now() + std::chrono::milliseconds(200);

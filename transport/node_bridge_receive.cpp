@@ -42,7 +42,8 @@ void node_bridge::impl::on_rndv_done(void* request, ucs_status_t status, size_t,
   auto& peer = *ctx->owner->peers_[ctx->peer];
   --peer.rndv_in_flight;
   if (status != UCS_OK) {
-    ctx->owner->mark_down(peer, std::string("receive failed: ") + ucs_status_string(status));
+    ctx->owner->mark_down(peer, std::string("receive failed: ") + ucs_status_string(status),
+                          /*disconnected=*/true);
   } else {
     ctx->owner->complete(peer, ctx->header, std::move(ctx->payload));
   }
@@ -113,7 +114,8 @@ void node_bridge::impl::received(const void* header, size_t header_length, void*
     } else if (UCS_PTR_IS_ERR(r)) {
       std::unique_ptr<rndv_context> done = take_rndv(raw);
       --peer->rndv_in_flight;
-      mark_down(*peer, std::string("receive failed: ") + ucs_status_string(UCS_PTR_STATUS(r)));
+      mark_down(*peer, std::string("receive failed: ") + ucs_status_string(UCS_PTR_STATUS(r)),
+                /*disconnected=*/true);
     }
     return;
   }

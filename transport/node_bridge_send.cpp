@@ -42,7 +42,8 @@ void node_bridge::impl::sent(std::unique_ptr<send_op> op, ucs_status_t status) {
   --sends_in_flight;
   if (op->release_when_sent && op->ep_override == nullptr) release(*peers_[op->peer], op->bytes);
   if (status != UCS_OK && status != UCS_ERR_CANCELED && op->ep_override == nullptr) {
-    mark_down(*peers_[op->peer], std::string("send failed: ") + ucs_status_string(status));
+    mark_down(*peers_[op->peer], std::string("send failed: ") + ucs_status_string(status),
+              /*disconnected=*/true);
   }
   if (op->close_after) close_connection(context_of(op->ep_override), "hello refused");
 }
