@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <boost/beast/http/error.hpp>
 #include <chrono>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "actors/checkpoint.hpp"
 #include "actors/error.hpp"
 #include "actors/foreign_thread.hpp"
 
@@ -49,6 +51,49 @@ std::string quoted(const json& value) {
   return value.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
+// The node of shard/cache `index` in a placement list (missing: the first node).
+std::string node_of(const std::vector<std::string>& placement, size_t index,
+                    const std::vector<admin_node>& nodes) {
+  if (index < placement.size()) return placement[index];
+  return nodes.empty() ? "" : nodes.front().name;
+}
+
+// The health of node `i` of the manifest: this node answers ("ok"); the
+// others as the transport sees them: "ok" while connected and heard from
+// within the heartbeat timeout, "down: <reason>", "not connected" before
+// they joined; "unknown" without a transport.
+std::string node_health(const admin_config& config, size_t i,
+                        const std::optional<transport::transport_stats>& transport) {
+  if (i == 0) return "ok";
+  if (!transport) return "unknown";
+  for (const auto& p : transport->peers) {
+    if (p.name != config.nodes[i].name) continue;
+    if (p.up) return "ok";
+    return "down: " + (p.down_reason.empty() ? std::string("not connected") : p.down_reason);
+  }
+  return "not connected";
+}
+
+// The last checkpoint's epoch and age (its metadata file's time), when the
+// directory is readable from this node.
+json checkpoint_details(const std::string& dir) {
+  json out = json::object();
+  if (dir.empty()) return out;
+  namespace fs = std::filesystem;
+  auto meta = actors::read_checkpoint_meta(dir);
+  if (!meta) return out;
+  out["last_checkpoint_epoch"] = meta->epoch;
+  std::error_code ec;
+  const fs::path file = fs::path(dir) / actors::checkpoint_meta_name;
+  const auto written = fs::last_write_time(fs::exists(file, ec) ? file : fs::path(dir), ec);
+  if (!ec) {
+    const auto age = fs::file_time_type::clock::now() - written;
+    out["last_checkpoint_age_seconds"] =
+        std::max<int64_t>(0, std::chrono::duration_cast<std::chrono::seconds>(age).count());
+  }
+  return out;
+}
+
 // Constant-time comparison: the token's length leaks, its content does not.
 bool same_token(const std::string& a, const std::string& b) {
   if (a.size() != b.size()) return false;
@@ -87,7 +132,7 @@ response admin_api::status(const request& req) {
     auto [stats, serr] = ask<actors::tier_stats>(
         caf::actor_cast<actors::shard_actor>(st->routing.shards[i]), actors::stats_atom::value);
     json shard{{"index", i},
-               {"node", config_.nodes.empty() ? "" : config_.nodes.front().name},
+               {"node", node_of(config_.shard_nodes, i, config_.nodes)},
                {"partitions", owned[i]},
                {"partition_count", owned[i].size()}};
     if (stats) {
@@ -107,7 +152,7 @@ response admin_api::status(const request& req) {
   for (size_t i = 0; i < st->caches.size(); ++i) {
     auto [stats, cerr] = ask<actors::tier_stats>(
         caf::actor_cast<actors::cache_tier_actor>(st->caches[i]), actors::stats_atom::value);
-    json cache{{"index", i}};
+    json cache{{"index", i}, {"node", node_of(config_.cache_nodes, i, config_.nodes)}};
     if (stats) {
       cache["rows"] = stats->rows;
       cache["health"] = "ok";
@@ -117,12 +162,26 @@ response admin_api::status(const request& req) {
     }
     caches.push_back(std::move(cache));
   }
+  std::optional<transport::transport_stats> transport;
+  if (config_.transport) transport = config_.transport();
   json nodes = json::array();
   for (size_t i = 0; i < config_.nodes.size(); ++i)
-    // This node answers; the others are reached once the transport lands.
     nodes.push_back({{"name", config_.nodes[i].name},
                      {"host", config_.nodes[i].host},
-                     {"health", i == 0 ? "ok" : "unknown"}});
+                     {"health", node_health(config_, i, transport)}});
+  json training{{"batches", st->batches},
+                {"examples", st->examples},
+                {"recent_loss", st->recent_loss},
+                {"passes", st->passes},
+                {"workers", st->workers},
+                {"checkpoints", st->checkpoints},
+                {"last_checkpoint", st->last_checkpoint}};
+  const double rate = config_.examples_per_second ? config_.examples_per_second() : 0.0;
+  training["examples_per_second"] = rate > 0 ? json(rate) : json(nullptr);
+  training["planned_examples"] =
+      config_.planned_examples ? json(config_.planned_examples) : json(nullptr);
+  training["epochs"] = config_.epochs ? json(config_.epochs) : json(nullptr);
+  training.update(checkpoint_details(st->last_checkpoint));
   json body{
       {"cluster", config_.cluster},
       {"state", st->state},
@@ -135,14 +194,7 @@ response admin_api::status(const request& req) {
       {"shards", shards},
       {"caches", caches},
       {"rows", {{"cache", cached}, {"dram", dram}, {"write_behind", write_behind}, {"lmdb", lmdb}}},
-      {"training",
-       {{"batches", st->batches},
-        {"examples", st->examples},
-        {"recent_loss", st->recent_loss},
-        {"passes", st->passes},
-        {"workers", st->workers},
-        {"checkpoints", st->checkpoints},
-        {"last_checkpoint", st->last_checkpoint}}}};
+      {"training", training}};
   return reply(req, http::status::ok, body);
 }
 
@@ -179,20 +231,27 @@ response admin_api::scale(const request& req) {
         return error_reply(req, http::status::bad_request,
                            "placement: " + std::to_string(placement.size()) + " node names for " +
                                std::to_string(target) + " shards");
+      // Every name first: an unknown one is the error, whatever comes before it.
       for (const auto& name : placement) {
         const bool known =
             name.is_string() &&
             std::any_of(config_.nodes.begin(), config_.nodes.end(),
                         [&](const admin_node& n) { return n.name == name.get<std::string>(); });
-        if (!known)
+        if (!known) {
+          std::string names;
+          for (const auto& n : config_.nodes) names += (names.empty() ? "" : ", ") + n.name;
           return error_reply(req, http::status::bad_request,
-                             "placement: unknown node " + quoted(name));
-        if (name.get<std::string>() != config_.nodes.front().name)
-          return error_reply(req, http::status::bad_request,
-                             "placement: node " + quoted(name) +
-                                 " is not reachable from this node (multi-node placement "
-                                 "needs the transport)");
+                             "placement: unknown node " + quoted(name) + " (nodes: " + names + ")");
+        }
       }
+      for (const auto& name : placement)
+        if (name.get<std::string>() != config_.nodes.front().name)
+          return error_reply(req, http::status::conflict,
+                             "placement: node " + quoted(name) +
+                                 ": new shards go only to this node, '" +
+                                 config_.nodes.front().name +
+                                 "' (scaling onto other nodes is not supported yet: change "
+                                 "shards.count and resume from a checkpoint)");
     } else {
       return error_reply(
           req, http::status::bad_request,

@@ -25,6 +25,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -32,6 +33,7 @@
 #include "actors/training_protocol.hpp"
 #include "common/error.hpp"
 #include "serving/connection_limits.hpp"
+#include "transport/transport_stats.hpp"
 
 namespace strata::deploy {
 
@@ -46,6 +48,18 @@ struct admin_config {
   std::string token;  // required, non-empty
   std::string cluster;
   std::vector<admin_node> nodes;  // the manifest's nodes; the first is this one
+  // The node of each shard and cache tier by index (the manifest's
+  // placement; missing: the first node).
+  std::vector<std::string> shard_nodes, cache_nodes;
+  // The transport's view of the other nodes (a node of several): their
+  // health in /status. Unset: they show as "unknown".
+  std::function<transport::transport_stats()> transport;
+  // The training rate the progress line shows (examples/s; unset or 0: not
+  // known yet), and the plan: examples over every epoch, epochs per worker
+  // (0: unknown).
+  std::function<double()> examples_per_second;
+  uint64_t planned_examples = 0;
+  uint32_t epochs = 0;
   // How long a request may wait for the actors (a scale waits for its commit).
   uint32_t request_timeout_seconds = 600;
   // Connections (serving/connection_limits.hpp): at most 64 open (more are

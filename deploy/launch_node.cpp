@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -327,11 +328,19 @@ int run_node(const std::string& path, const std::string& node, const std::string
   }
 
   const auto& c = m.cluster;
+  // Where this node's shards keep their LMDB environments (a node's own
+  // ssd_path, else shards.ssd_path): the first hosted shard's parent.
+  std::string lmdb_root = m.ssd_path.string();
+  for (size_t i = 0; i < c.shards.size(); ++i)
+    if (hosted.empty() || hosted[i]) {
+      lmdb_root = c.shards[i].lmdb.directory.parent_path().string();
+      break;
+    }
   std::printf(
       "training: %s mode, %zu shards (DRAM %s each, LMDB under %s), %zu cache tiers (%llu rows "
       "each), %zu workers (batch %u), %s threads\n",
       mode_name(c.mode).c_str(), c.shards.size(),
-      deploy::format_size(c.shards.front().dram.capacity_bytes).c_str(), m.ssd_path.c_str(),
+      deploy::format_size(c.shards.front().dram.capacity_bytes).c_str(), lmdb_root.c_str(),
       c.caches.size(), static_cast<unsigned long long>(c.caches.front().geometry.capacity_rows()),
       c.workers.size(), c.workers.empty() ? 0u : c.workers.front().batch_size,
       c.threads ? std::to_string(c.threads).c_str() : "all");
@@ -353,6 +362,7 @@ int run_node(const std::string& path, const std::string& node, const std::string
   }
 
   const uint64_t total = planned_examples(c);
+  std::atomic<double> rate{0};  // the progress line's examples/s, for /status
   status_line line;
   bool printed = false;
   // The admin API (admin.port): served from the coordinator's start until
@@ -375,6 +385,16 @@ int run_node(const std::string& path, const std::string& node, const std::string
     ac.cluster = c.name;
     for (const auto& n : m.nodes) ac.nodes.push_back({n.name, n.host});
     if (ac.nodes.empty()) ac.nodes.push_back({m.metrics.node, m.admin.bind_address});
+    // /status: where each shard lives, the other nodes' health, the rate.
+    ac.shard_nodes = m.shard_nodes;
+    ac.cache_nodes = m.cache_nodes;
+    if (member && member->bridge()) {
+      auto* bridge = member->bridge();
+      ac.transport = [bridge] { return bridge->stats(); };
+    }
+    ac.examples_per_second = [&rate] { return rate.load(); };
+    ac.planned_examples = total;
+    ac.epochs = c.workers.empty() ? 0 : c.workers.front().epochs;
     auto started = deploy::admin_server::start(ac, system, cluster.coordinator);
     if (!started) {
       admin_failure = started.err();
@@ -508,6 +528,7 @@ int run_node(const std::string& path, const std::string& node, const std::string
   if (coordinator_here)
     progress = [&](const actors::training_progress& p) {
       if (metrics) metrics->update_training(p);
+      rate.store(p.examples_per_s);
       line.update(progress_text(p, total));
     };
   auto report = actors::run_local_cluster(c, progress, hooks);

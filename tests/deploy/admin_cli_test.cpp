@@ -67,7 +67,7 @@ TEST(AdminCli, StatusScaleCheckpointStopAgainstARunningNode) {
   std::string status;
   ASSERT_TRUE(poll_until(
       [&] {
-        auto [rc, out, err] = cli(with_auth({"status"}));
+        auto [rc, out, err] = cli(with_auth({"status", "--json"}));
         status = out;
         return rc == 0 && out.find("\"state\": \"training\"") != std::string::npos;
       },
