@@ -1,10 +1,14 @@
 """A PyTorch model whose embedding layer is backed by strata.
 
-Run against a serving node (frozen embeddings, the layers above train):
-    PYTHONPATH=build/python /usr/bin/python3 docs/strata_torch_example.py 127.0.0.1:7100 ads
+Run against a serving node (frozen embeddings, the layers above train),
+here serving table `ctr` (the table deploy/examples/*.yaml define):
+    PYTHONPATH=build/python /usr/bin/python3 docs/strata_torch_example.py 127.0.0.1:7100 ctr
 or against a training cluster's gateway (manifest: gateway.port; async
 mode), where the embeddings train in strata:
-    PYTHONPATH=build/python /usr/bin/python3 docs/strata_torch_example.py --push 127.0.0.1:7300 emb
+    PYTHONPATH=build/python /usr/bin/python3 docs/strata_torch_example.py --push 127.0.0.1:7300 ctr
+Without keys on the command line it trains on 100 keys the server lists
+(client.keys); `strata key --slot C1 --value 68fd1e64` computes the key of
+a feature value. --help lists the options.
 
 StrataEmbedding looks the batch's keys up in strata in forward() (one
 binary-protocol request per batch, rows as a float32 tensor without a copy).
@@ -13,13 +17,11 @@ backward() hands the embedding gradients to `push` when one is given
 summed over duplicate keys, before the call returns); without it the strata
 rows act as frozen features.
 """
-import sys
+import argparse
 
 import numpy as np
 import torch
 from torch import nn
-
-import strata_client
 
 
 class _Lookup(torch.autograd.Function):
@@ -64,6 +66,8 @@ class CtrModel(nn.Module):
 
 def train(replica, table, keys, steps=30, seed=0):
     """Trains CtrModel a few steps on labels planted from the served rows; returns the losses."""
+    import strata_client
+
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
     client = strata_client.Client([replica])
@@ -93,6 +97,8 @@ def train_embeddings(gateway, table, keys, steps=40, seed=0):
     gradients reach strata (push) and the next lookup sees the updated rows.
     Returns the losses.
     """
+    import strata_client
+
     rng = np.random.default_rng(seed)
     client = strata_client.Client([gateway])
     embedding = StrataEmbedding(client, table, push=client.push)
@@ -107,12 +113,44 @@ def train_embeddings(gateway, table, keys, steps=40, seed=0):
     return losses
 
 
-if __name__ == "__main__":
-    args = sys.argv[1:]
-    push = bool(args) and args[0] == "--push"
-    if push:
-        args = args[1:]
-    replica, table = args[0], args[1]
-    keys = np.array([int(k) for k in args[2:]] or list(range(1000, 1100)), dtype=np.uint64)
-    losses = train_embeddings(replica, table, keys) if push else train(replica, table, keys)
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(
+        description="A PyTorch model whose embedding layer is a strata table: lookups from a "
+        "serving node (frozen rows), or with --push from a training gateway (rows train in "
+        "strata).")
+    p.add_argument("replica", nargs="?", default="127.0.0.1:7100",
+                   help="HOST:PORT of a serving node's binary port, or with --push of a "
+                   "gateway (default %(default)s)")
+    p.add_argument("table", nargs="?", default="ctr",
+                   help="the table (manifest: table.name; default %(default)s, the table of "
+                   "deploy/examples/*.yaml)")
+    p.add_argument("keys", nargs="*", type=int,
+                   help="keys to train on (default: 100 keys the server lists; "
+                   "`strata key --slot C1 --value V` computes a value's key)")
+    p.add_argument("--push", action="store_true",
+                   help="train the embedding rows in strata through a gateway (async mode)")
+    p.add_argument("--steps", type=int, default=None, help="training steps (default 30, or 40 "
+                   "with --push)")
+    return p.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    import strata_client
+
+    keys = args.keys
+    if not keys:
+        keys = strata_client.Client([args.replica]).keys(args.table, 100)
+        if len(keys) == 0:
+            raise SystemExit("table %s on %s holds no rows to train on" % (args.table, args.replica))
+    keys = np.array(keys, dtype=np.uint64)
+    steps = {} if args.steps is None else {"steps": args.steps}
+    if args.push:
+        losses = train_embeddings(args.replica, args.table, keys, **steps)
+    else:
+        losses = train(args.replica, args.table, keys, **steps)
     print("loss: first %.4f last %.4f" % (losses[0], losses[-1]))
+
+
+if __name__ == "__main__":
+    main()

@@ -30,7 +30,7 @@ using namespace std::chrono_literals;
 std::string manifest(const fs::path& d) {
   std::ostringstream m;
   m << "name: keys\nmode: async\npartitions: 64\nthreads: 2\n"
-    << "table:\n  name: counts\n  optimizer:\n    kind: sgd\n    learning_rate: 1\n"
+    << "table:\n  name: ctr\n  optimizer:\n    kind: sgd\n    learning_rate: 1\n"
     << "  initializer:\n    kind: zeros\n"
     << "model:\n  embedding_dim: 1\n  objective: count\n"
     << "shards:\n  count: 2\n  dram_bytes: 1MiB\n  ssd_path: " << (d / "state").string()
@@ -136,14 +136,14 @@ TEST(KeyLookup, AKeyComputedFromTrainingDataFindsTheTrainedRow) {
 
     // The served row of that key is the trained one: a version, and the
     // weight counts the value's sightings (a miss would be version 0, 0).
-    auto got = c->lookup("counts", std::vector<uint64_t>{*want});
+    auto got = c->lookup("ctr", std::vector<uint64_t>{*want});
     ASSERT_TRUE(got.has_value()) << got.err().to_string();
     EXPECT_NE(got->versions[0], 0u) << "key " << *want << " of " << p.slot << "=" << value
                                     << " is not stored";
     EXPECT_EQ(got->weights[0], sightings);
   }
   // A value the data never had is a miss: version 0.
-  auto absent = c->lookup("counts", std::vector<uint64_t>{*model::feature_key("C1", "nothere")});
+  auto absent = c->lookup("ctr", std::vector<uint64_t>{*model::feature_key("C1", "nothere")});
   ASSERT_TRUE(absent.has_value());
   EXPECT_EQ(absent->versions[0], 0u);
 
@@ -164,7 +164,7 @@ TEST(KeyLookup, AKeyComputedFromTrainingDataFindsTheTrainedRow) {
   for (const auto& from : {std::vector<std::string>{"--checkpoint", (d / "ckpt").string()},
                            std::vector<std::string>{"--server", server}}) {
     SCOPED_TRACE(from[0]);
-    std::vector<std::string> args{"keys", "--table", "counts", "--limit", "7"};
+    std::vector<std::string> args{"keys", "--table", "ctr", "--limit", "7"};
     args.insert(args.end(), from.begin(), from.end());
     auto listed = run(d, bin, args);
     ASSERT_EQ(listed.exit, 0) << listed.err;
@@ -172,26 +172,26 @@ TEST(KeyLookup, AKeyComputedFromTrainingDataFindsTheTrainedRow) {
     ASSERT_EQ(printed.size(), 7u) << listed.out;
     std::vector<uint64_t> keys;
     for (const auto& l : printed) keys.push_back(std::stoull(l));
-    auto got = c->lookup("counts", keys);
+    auto got = c->lookup("ctr", keys);
     ASSERT_TRUE(got.has_value());
     for (size_t i = 0; i < keys.size(); ++i) {
       EXPECT_NE(got->versions[i], 0u) << keys[i];
       EXPECT_GE(got->weights[i * got->dim], 1.0f) << keys[i];
     }
   }
-  auto wrong = run(d, bin, {"keys", "--table", "ctr", "--checkpoint", (d / "ckpt").string()});
+  auto wrong = run(d, bin, {"keys", "--table", "ads", "--checkpoint", (d / "ckpt").string()});
   EXPECT_EQ(wrong.exit, 1);
-  EXPECT_NE(wrong.err.find("unknown table 'ctr' (the checkpoint holds: counts)"), std::string::npos)
+  EXPECT_NE(wrong.err.find("unknown table 'ads' (the checkpoint holds: ctr)"), std::string::npos)
       << wrong.err;
-  auto wrong_server = run(d, bin, {"keys", "--table", "ctr", "--server", server});
+  auto wrong_server = run(d, bin, {"keys", "--table", "ads", "--server", server});
   EXPECT_EQ(wrong_server.exit, 1);
-  EXPECT_NE(wrong_server.err.find("unknown table 'ctr' (served: counts)"), std::string::npos)
+  EXPECT_NE(wrong_server.err.find("unknown table 'ads' (served: ctr)"), std::string::npos)
       << wrong_server.err;
-  auto nowhere = run(d, bin, {"keys", "--table", "counts"});
+  auto nowhere = run(d, bin, {"keys", "--table", "ctr"});
   EXPECT_EQ(nowhere.exit, 1);
   EXPECT_NE(nowhere.err.find("--checkpoint DIR or --server HOST:PORT"), std::string::npos)
       << nowhere.err;
-  auto too_many = run(d, bin, {"keys", "--table", "counts", "--limit", "5000", "--server", server});
+  auto too_many = run(d, bin, {"keys", "--table", "ctr", "--limit", "5000", "--server", server});
   EXPECT_NE(too_many.exit, 0);
   EXPECT_NE(too_many.err.find("5000"), std::string::npos) << too_many.err;
 
@@ -200,7 +200,7 @@ TEST(KeyLookup, AKeyComputedFromTrainingDataFindsTheTrainedRow) {
   auto dims = c->tables();
   ASSERT_TRUE(dims.has_value());
   ASSERT_EQ(dims->size(), 1u);
-  EXPECT_EQ(tables.out, "counts dim " + std::to_string((*dims)[0].dim) + "\n");
+  EXPECT_EQ(tables.out, "ctr dim " + std::to_string((*dims)[0].dim) + "\n");
 
   // The Python module: the same key() (the C++ function), tables() and keys().
   const fs::path module_dir = STRATA_PYTHON_MODULE_DIR;
@@ -208,9 +208,23 @@ TEST(KeyLookup, AKeyComputedFromTrainingDataFindsTheTrainedRow) {
   const std::string value = rows[0][14];
   auto py = run(d, "/usr/bin/python3",
                 {fs::path(STRATA_SOURCE_DIR) / "tests/serving/python_keys_test.py", server,
-                 "counts", "C1", value, std::to_string(*model::feature_key("C1", value))},
+                 "ctr", "C1", value, std::to_string(*model::feature_key("C1", value))},
                 {"PYTHONPATH=" + module_dir.string()});
   EXPECT_EQ(py.exit, 0) << py.out << py.err;
+
+  // The example script: --help, then its main path against this server
+  // with its defaults but the address (table ctr, keys the server lists).
+  const std::string example = (fs::path(STRATA_SOURCE_DIR) / "docs/strata_torch_example.py").string();
+  auto help = run(d, "/usr/bin/python3", {example, "--help"}, {"PYTHONPATH=" + module_dir.string()});
+  if (help.err.find("No module named 'torch'") != std::string::npos)
+    GTEST_SKIP() << "python3-torch is not installed (deploy/install-deps.sh --bench)";
+  EXPECT_EQ(help.exit, 0) << help.err;
+  EXPECT_NE(help.out.find("usage: strata_torch_example.py"), std::string::npos) << help.out;
+  EXPECT_NE(help.out.find("default ctr"), std::string::npos) << help.out;
+  auto example_run = run(d, "/usr/bin/python3", {example, server, "--steps", "5"},
+                         {"PYTHONPATH=" + module_dir.string()});
+  EXPECT_EQ(example_run.exit, 0) << example_run.out << example_run.err;
+  EXPECT_NE(example_run.out.find("loss: first "), std::string::npos) << example_run.out;
 }
 
 }  // namespace
