@@ -29,6 +29,7 @@ def crc32c(data, crc=0):
 
 # --- wire: serving frames (client/wire.hpp) --------------------------------------------
 LOOKUP, ROWS, PREFETCH, ACK, ERROR, SUBSCRIBE, UPDATES, PUSH = range(1, 9)
+TABLES, TABLE_LIST, LIST_KEYS, KEY_LIST = range(11, 15)
 
 
 def wire_frame(ftype, payload, request=1, length=None, crc=None):
@@ -66,6 +67,12 @@ wire = {
     # A rows reply whose counts wrap 8 + n*8 + n*dim*4 around to 8 bytes: the
     # client's zero-copy receive resized its buffers to gigabytes.
     "crash-rows-count-overflow": wire_frame(ROWS, struct.pack("<II", 0xFFFFFFFE, 1 << 30)),
+    # metadata requests and their replies (issue 22)
+    "tables-then-list": wire_frame(TABLES, b"")
+    + wire_frame(TABLE_LIST, struct.pack("<I", 1) + text16(b"ads") + struct.pack("<I", 9),
+                 request=2),
+    "list-keys-then-keys": wire_frame(LIST_KEYS, text16(b"ads") + struct.pack("<I", 2))
+    + wire_frame(KEY_LIST, struct.pack("<I", 2) + u64s([1, 2]), request=2),
 }
 
 # --- serving_http: `strata serve`'s HTTP API ------------------------------------------

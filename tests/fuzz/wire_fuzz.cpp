@@ -45,8 +45,24 @@ void decode(frame_type type, std::span<const std::byte> payload) {
     case frame_type::push:
       (void)decode_push(payload);
       break;
+    case frame_type::challenge:
+      (void)decode_challenge(payload);
+      break;
+    case frame_type::proof:
+      (void)decode_proof(payload);
+      break;
+    case frame_type::list_keys:
+      (void)decode_list_keys(payload);
+      break;
+    case frame_type::table_list:
+      (void)decode_table_list(payload);
+      break;
+    case frame_type::key_list:
+      (void)decode_key_list(payload);
+      break;
     case frame_type::ack:
-      break;  // the client checks only its type
+    case frame_type::tables:
+      break;  // the client checks only its type; tables carries nothing
   }
 }
 
