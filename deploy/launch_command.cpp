@@ -2,6 +2,7 @@
 // (deploy/supervisor.hpp) that runs each node as its own child process of
 // this binary (`strata node`, deploy/launch_node.cpp) and applies the
 // manifest's crash policy.
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -46,6 +47,15 @@ int launch(const std::string& path, bool resume, const std::string& resume_dir) 
   if (auto files = deploy::check_manifest_files(m, std::cout); !files) {
     std::cerr << "strata launch: " << files.err().message() << '\n';
     return 1;
+  }
+  // Every node starts on this host: a port in use fails the launch before
+  // any starts, named by its field (and no resume is suggested).
+  for (size_t i = 0; i < std::max<size_t>(m.nodes.size(), 1); ++i) {
+    const std::string node = m.nodes.size() > 1 ? m.nodes[i].name : "";
+    if (auto ports = deploy::check_ports_free(m, node); !ports) {
+      std::cerr << "strata launch: " << ports.err().message() << '\n';
+      return 1;
+    }
   }
   if (auto wipe = deploy::store_without_checkpoint_warning(m); !wipe.empty())
     std::cout << "strata launch: warning: " << wipe << '\n';

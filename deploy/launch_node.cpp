@@ -15,15 +15,18 @@
 // metrics.linger_seconds (the report is printed first), then the node stops.
 #include <pthread.h>
 #include <signal.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
+#include <future>
 #include <iostream>
 #include <memory>
 #include <mutex>
@@ -66,6 +69,11 @@ using namespace detail;
 // stop that has not ended stop_bound_seconds() after the first signal is
 // cut short (docs/architecture.md, "Stops"); either exit is non-zero and
 // says so, and the latest complete checkpoint stays the recovery point.
+//
+// Threads a library started before main (OpenBLAS's pool) have them
+// unblocked, and the kernel may hand a signal to any such thread: there a
+// handler passes it on, siginfo and all, to the waiting thread (the
+// default action would have ended the node without its final checkpoint).
 class stop_on_signal {
  public:
   stop_on_signal() {
@@ -75,17 +83,24 @@ class stop_on_signal {
     sigaddset(&set, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &set, nullptr);  // before any CAF thread starts
     const int bound = stop_bound_seconds();
-    std::thread([this, set, bound] {
-      int sig = 0;
-      while (sigwait(&set, &sig) != 0) {
+    const pid_t launcher = launcher_pid();
+    std::promise<void> waiting;
+    auto waiter_ready = waiting.get_future();
+    std::thread([this, set, bound, launcher, &waiting] {
+      waiter_tid().store(static_cast<pid_t>(::syscall(SYS_gettid)));
+      waiting.set_value();
+      siginfo_t info{};
+      int sig = -1;
+      while ((sig = sigwaitinfo(&set, &info)) < 0) {
       }
       {
         std::lock_guard lock(mutex_);
         ++signals_;
+        first_signal_ = sig;
         std::fprintf(stderr,
-                     "\nstrata node: signal %d: stopping gracefully at the next cut (at most "
+                     "\nstrata node: %s: stopping gracefully at the next cut (at most "
                      "%d s; a second signal exits at once)\n",
-                     sig, bound);
+                     signal_name(sig).c_str(), bound);
         stop_requested().store(true);  // ends a scan before training (the data count)
         if (coordinator_) caf::anon_send(*coordinator_, actors::stop_atom::value);
         if (member_) member_->request_stop();
@@ -97,12 +112,17 @@ class stop_on_signal {
                      std::chrono::steady_clock::duration::zero()));
         const timespec limit{static_cast<time_t>(left.count() / 1000000000),
                              static_cast<long>(left.count() % 1000000000)};
-        const int second = sigtimedwait(&set, nullptr, &limit);
+        siginfo_t again{};
+        const int second = sigtimedwait(&set, &again, &limit);
+        // A Ctrl-C at a terminal reaches the launcher and its nodes alike,
+        // and the launcher forwards it: what the launcher sends while the
+        // stop runs is that same stop (it kills when it means more).
+        if (second > 0 && launcher != 0 && sender(again) == launcher) continue;
         if (second > 0) {
           std::fprintf(stderr,
-                       "strata node: second signal (%d); exiting without finishing the stop "
+                       "strata node: second signal (%s); exiting without finishing the stop "
                        "(no final checkpoint)\n",
-                       second);
+                       signal_name(second).c_str());
           std::fflush(stdout);
           ::_exit(130);
         }
@@ -117,6 +137,36 @@ class stop_on_signal {
         // EINTR: wait for what is left of the bound.
       }
     }).detach();
+    waiter_ready.wait();
+    struct sigaction pass_on {};
+    pass_on.sa_sigaction = &pass_to_waiter;
+    pass_on.sa_flags = SA_SIGINFO | SA_RESTART;
+    sigemptyset(&pass_on.sa_mask);
+    ::sigaction(SIGINT, &pass_on, nullptr);
+    ::sigaction(SIGTERM, &pass_on, nullptr);
+  }
+  static std::atomic<pid_t>& waiter_tid() {
+    static std::atomic<pid_t> tid{0};
+    return tid;
+  }
+  // The sender of the last signal passed on (tgkill makes this process
+  // its sender).
+  static std::atomic<pid_t>& passed_from() {
+    static std::atomic<pid_t> pid{0};
+    return pid;
+  }
+  // Async-signal-safe: the same signal to the waiting thread, which has it
+  // blocked and waits for it; its sender noted first.
+  static void pass_to_waiter(int sig, siginfo_t* info, void*) {
+    const int saved = errno;
+    passed_from().store(info ? info->si_pid : 0);
+    ::syscall(SYS_tgkill, ::getpid(), waiter_tid().load(), sig);
+    errno = saved;
+  }
+  // Who sent a signal the waiting thread took.
+  static pid_t sender(const siginfo_t& info) {
+    if (info.si_code == SI_TKILL && info.si_pid == ::getpid()) return passed_from().load();
+    return info.si_pid;
   }
   // How long a graceful stop may take: 30 s, or STRATA_STOP_BOUND_SECONDS
   // (tests shorten it to see the bound act).
@@ -127,6 +177,16 @@ class stop_on_signal {
       if (end != v && *end == '\0' && n >= 0 && n <= 86400) return static_cast<int>(n);
     }
     return 30;
+  }
+  // The strata launch that started this node (STRATA_LAUNCHER_PID, set by
+  // deploy/supervisor.cpp), else 0.
+  static pid_t launcher_pid() {
+    if (const char* v = std::getenv("STRATA_LAUNCHER_PID")) {
+      char* end = nullptr;
+      const long n = std::strtol(v, &end, 10);
+      if (end != v && *end == '\0' && n > 0 && n == ::getppid()) return static_cast<pid_t>(n);
+    }
+    return 0;
   }
   // A node of several: a signal also aborts its join, and a member keeps
   // serving until the coordinator's node has stopped.
@@ -145,10 +205,16 @@ class stop_on_signal {
     coordinator_.reset();
     member_ = nullptr;
   }
+  // The signal that asked for the stop (0: none), for the report.
+  int first_signal() {
+    std::lock_guard lock(mutex_);
+    return first_signal_;
+  }
 
  private:
   std::mutex mutex_;
   int signals_ = 0;
+  int first_signal_ = 0;
   std::optional<actors::coordinator_actor> coordinator_;
   deploy::node_membership* member_ = nullptr;
 };
@@ -206,6 +272,10 @@ int run_node(const std::string& path, const std::string& node, const std::string
                                            "' (this manifest describes one node, '" +
                                            m.metrics.node + "')"));
   }
+  // A port in use fails the start here, named by its field, before
+  // anything is written (a server's own error named neither).
+  if (auto ports = deploy::check_ports_free(m, member ? member->name() : ""); !ports)
+    return fail(ports.err());
   const bool coordinator_here = !member || member->runs_coordinator();
   const std::vector<bool> hosted = member ? member->hosted_shards() : std::vector<bool>{};
   if (status backend = apply_cache_backend(m); !backend) return fail(backend.err());
@@ -235,6 +305,13 @@ int run_node(const std::string& path, const std::string& node, const std::string
     auto fits =
         actors::check_compatible(*meta, candidates.front(), m.cluster.table, m.cluster.partitions);
     if (!fits) return fail(fits.err());
+    // A finished run: nothing is cleared, trained or checkpointed (a new
+    // checkpoint would push an older one out under `keep`).
+    if (auto done = nothing_to_train(m.cluster, meta->positions); !done.empty()) {
+      std::printf("%s (%s)\n", done.c_str(), candidates.front().c_str());
+      std::fflush(stdout);
+      return 0;
+    }
   }
   auto cleared = clear_shard_state(m, hosted);
   if (!cleared) return fail(cleared.err());
@@ -328,6 +405,10 @@ int run_node(const std::string& path, const std::string& node, const std::string
   }
 
   const auto& c = m.cluster;
+  const std::string workers =
+      c.workers.empty() ? "no workers"
+                        : count_of(c.workers.size(), "worker") + " (batch " +
+                              std::to_string(c.workers.front().batch_size) + ")";
   // Where this node's shards keep their LMDB environments (a node's own
   // ssd_path, else shards.ssd_path): the first hosted shard's parent.
   std::string lmdb_root = m.ssd_path.string();
@@ -337,12 +418,12 @@ int run_node(const std::string& path, const std::string& node, const std::string
       break;
     }
   std::printf(
-      "training: %s mode, %zu shards (DRAM %s each, LMDB under %s), %zu cache tiers (%llu rows "
-      "each), %zu workers (batch %u), %s threads\n",
-      mode_name(c.mode).c_str(), c.shards.size(),
+      "%s: %s mode, %s (DRAM %s each, LMDB under %s), %s (%llu rows each), %s, %s threads\n",
+      store_only ? "store" : "training", mode_name(c.mode).c_str(),
+      count_of(c.shards.size(), "shard").c_str(),
       deploy::format_size(c.shards.front().dram.capacity_bytes).c_str(), lmdb_root.c_str(),
-      c.caches.size(), static_cast<unsigned long long>(c.caches.front().geometry.capacity_rows()),
-      c.workers.size(), c.workers.empty() ? 0u : c.workers.front().batch_size,
+      count_of(c.caches.size(), "cache tier").c_str(),
+      static_cast<unsigned long long>(c.caches.front().geometry.capacity_rows()), workers.c_str(),
       c.threads ? std::to_string(c.threads).c_str() : "all");
   std::fflush(stdout);
 
@@ -495,9 +576,10 @@ int run_node(const std::string& path, const std::string& node, const std::string
     }
     line.done();
     if (coordinator_here)
-      print_report(m, r);
+      print_report(m, r, signals.first_signal());
     else
-      print_member_report(m, *member, r);
+      std::fputs(member_report_text(m, member->name(), member->coordinator_node(), r).c_str(),
+                 stdout);
     printed = true;
     std::fflush(stdout);  // the report is out before any teardown
     if (metrics && m.metrics.linger_seconds > 0) {
@@ -529,8 +611,11 @@ int run_node(const std::string& path, const std::string& node, const std::string
     progress = [&](const actors::training_progress& p) {
       if (metrics) metrics->update_training(p);
       rate.store(p.examples_per_s);
-      line.update(progress_text(p, total));
+      line.update(progress_text(p, total, c.restored_examples));
     };
+  // A resumed run's bar starts where the checkpoint is, from the start.
+  if (coordinator_here && c.restored_examples > 0)
+    line.update(progress_text(actors::training_progress{}, total, c.restored_examples));
   auto report = actors::run_local_cluster(c, progress, hooks);
   signals.forget();
   line.done();
@@ -541,9 +626,11 @@ int run_node(const std::string& path, const std::string& node, const std::string
   if (!report) return fail(report.err());
   if (!printed) {
     if (coordinator_here)
-      print_report(m, *report);
+      print_report(m, *report, signals.first_signal());
     else
-      print_member_report(m, *member, *report);
+      std::fputs(
+          member_report_text(m, member->name(), member->coordinator_node(), *report).c_str(),
+          stdout);
   }
   std::fflush(stdout);
   return 0;

@@ -1,6 +1,8 @@
 #include "deploy/preflight.hpp"
 
 #include <fcntl.h>
+#include <netdb.h>
+#include <sys/socket.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -10,6 +12,7 @@
 #include <cstdint>
 #include <cstring>
 #include <system_error>
+#include <algorithm>
 
 #include "common/regular_file.hpp"
 #include "deploy/host_memory.hpp"
@@ -131,6 +134,78 @@ status check_manifest_files(const manifest& m, std::ostream& out) {
     STRATA_TRY(check_regular_file(m.data.path, m.file.string() + ": data.path:"));
   // strata launch starts every node on this host.
   return check_host_memory(m, "");
+}
+
+std::vector<port_use> node_ports(const manifest& m, const std::string& node) {
+  std::vector<port_use> ports;
+  auto add = [&](const std::string& field, const std::string& address, uint16_t port) {
+    if (port != 0) ports.push_back({field, address, port});
+  };
+  const node_settings* me = nullptr;
+  if (m.nodes.size() > 1) {
+    for (const auto& n : m.nodes)
+      if (n.name == node) me = &n;
+    if (me == nullptr) return ports;
+  }
+  const bool coordinator = me == nullptr || me == &m.nodes.front();
+  const std::string own = me ? "nodes[" + me->name + "]." : "";
+  if (me && me->metrics_port != 0)
+    add(own + "metrics_port", m.metrics.bind_address, me->metrics_port);
+  else if (coordinator)
+    add("metrics.port", m.metrics.bind_address, m.metrics.port);
+  if (coordinator) {
+    if (me && me->admin_port != 0)
+      add(own + "admin_port", m.admin.bind_address, me->admin_port);
+    else
+      add("admin.port", m.admin.bind_address, m.admin.port);
+    add("gateway.port", m.gateway.bind_address, m.gateway.port);
+    add("gateway.transport_port", m.gateway.bind_address, m.gateway.transport_port);
+  }
+  if (m.updates.present) {
+    if (me && me->updates_port != 0)
+      add(own + "updates_port", m.updates.bind_address, me->updates_port);
+    else if (coordinator)
+      add("updates.port", m.updates.bind_address, m.updates.port);
+  }
+  return ports;
+}
+
+status check_port_free(const std::string& field, const std::string& address, uint16_t port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  const std::string service = std::to_string(port);
+  if (::getaddrinfo(address.empty() ? nullptr : address.c_str(), service.c_str(), &hints,
+                    &found) != 0 ||
+      found == nullptr)
+    return {};
+  const int fd = ::socket(found->ai_family, found->ai_socktype | SOCK_CLOEXEC, found->ai_protocol);
+  int bound = 0, bind_errno = 0;
+  if (fd >= 0) {
+    // As the servers bind: a port left in TIME_WAIT by a previous run is free.
+    const int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    bound = ::bind(fd, found->ai_addr, found->ai_addrlen);
+    bind_errno = errno;
+    ::close(fd);
+  }
+  ::freeaddrinfo(found);
+  if (fd < 0 || bound == 0) return {};
+  const std::string where = field + " " + service + " (" + address + ":" + service + ")";
+  if (bind_errno == EADDRINUSE)
+    return error(errc::io_error, where +
+                                     " is already in use: stop what listens there (another "
+                                     "strata node?) or set another port");
+  return error(errc::io_error, where + ": cannot bind: " + std::strerror(bind_errno));
+}
+
+status check_ports_free(const manifest& m, const std::string& node) {
+  for (const auto& p : node_ports(m, node))
+    if (auto free = check_port_free(p.field, p.address, p.port); !free)
+      return error(free.err().code(), m.file.string() + ": " + free.err().message());
+  return {};
 }
 
 }  // namespace strata::deploy

@@ -7,8 +7,11 @@
 // files a manifest names are touched; nothing comes from a network message.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 #include <ostream>
+#include <string>
+#include <vector>
 
 #include "common/error.hpp"
 #include "deploy/manifest.hpp"
@@ -37,5 +40,29 @@ status ensure_cluster_secret_file(const manifest& m, std::ostream& out);
 // against this host's (deploy/host_memory.hpp). Prints what it created to
 // `out`.
 status check_manifest_files(const manifest& m, std::ostream& out);
+
+// A TCP port a node listens on, named by the manifest field that sets it.
+struct port_use {
+  std::string field;    // "metrics.port", "nodes[n1].admin_port"
+  std::string address;  // the bind address
+  uint16_t port = 0;
+};
+
+// The ports node `node` of `m` listens on (metrics, admin API, gateway,
+// update publisher; 0s left out): on a node of several, the coordinator's
+// node (the first) takes the cluster-wide ports, every node its nodes[]
+// ports. `node`: "" or the name of a one-node manifest means the one node.
+std::vector<port_use> node_ports(const manifest& m, const std::string& node);
+
+// Each of node_ports(m, node) is free to bind; a port in use is an error
+// naming its field, port and address (checked before a node starts, where
+// the servers' own errors name neither, e.g. the metrics library's "null
+// context when constructing CivetServer").
+status check_ports_free(const manifest& m, const std::string& node);
+
+// Whether `address`:`port` can be bound now: an error naming `field` when
+// it is in use (EADDRINUSE) or cannot be bound; ok when the address does
+// not resolve (the server names that itself).
+status check_port_free(const std::string& field, const std::string& address, uint16_t port);
 
 }  // namespace strata::deploy

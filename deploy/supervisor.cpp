@@ -49,6 +49,8 @@ pid_t start_child(const child_node& node, const std::vector<std::string>& extra,
   // then the node.
   ::signal(SIGINT, SIG_DFL);
   ::signal(SIGTERM, SIG_DFL);
+  // The node knows its launcher's forwards (deploy/launch_node.cpp).
+  ::setenv("STRATA_LAUNCHER_PID", std::to_string(::getppid()).c_str(), 1);
   ::sigprocmask(SIG_SETMASK, &child_mask, nullptr);
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
@@ -105,7 +107,8 @@ void wait_for_event(std::vector<running_child>& children, const sigset_t& watche
   const int sig = ::sigtimedwait(&watched, nullptr, &second);
   if (sig == SIGINT || sig == SIGTERM) {
     if (++stop.signals == 1) {
-      signal_all(children, SIGTERM);
+      // Forwarded as it came: a node names a Ctrl-C as one.
+      signal_all(children, sig);
       stop.kill_at = std::chrono::steady_clock::now() + kill_after;
     } else {
       std::fprintf(stderr,

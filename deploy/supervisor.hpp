@@ -11,8 +11,9 @@
 //    (`resume_for_restart()`; nothing if there is none yet: a fresh start),
 //    at most max_restarts times.
 //  - SIGINT / SIGTERM to the supervisor are forwarded to the children as
-//    SIGTERM (a node then stops gracefully: final checkpoint, drain, at
-//    most 30 s); a second one sends SIGKILL, saying so, and so does a
+//    they came (a node then stops gracefully: final checkpoint, drain, at
+//    most 30 s; it names a Ctrl-C as one, and takes the launcher's forward
+//    of a Ctrl-C it got from the terminal too as the same stop); a second one sends SIGKILL, saying so, and so does a
 //    node still running 40 s after the SIGTERM. Every stop ends.
 //
 // Runs on the calling thread; SIGINT, SIGTERM and SIGCHLD are blocked

@@ -163,8 +163,12 @@ expected<std::unique_ptr<exporter>> exporter::start(const exporter_config& confi
   try {
     e->impl_->exposer = std::make_unique<prometheus::Exposer>(listen, 2);
   } catch (const std::exception& ex) {
-    return error(errc::io_error, "metrics: cannot serve /metrics on " + listen + ": " + ex.what() +
-                                     " (is the port in use? metrics.port: 0 turns metrics off)");
+    // The library's text ("null context when constructing CivetServer")
+    // names neither the port nor the field: say them first.
+    return error(errc::io_error, "metrics.port " + std::to_string(config.port) + " (" + listen +
+                                     "): cannot serve /metrics: is the port in use? (metrics.port: "
+                                     "0 turns metrics off; the server said: " +
+                                     ex.what() + ")");
   }
   const auto ports = e->impl_->exposer->GetListeningPorts();
   if (ports.empty())
