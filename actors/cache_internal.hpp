@@ -8,28 +8,49 @@
 #include <functional>
 #include <mutex>
 #include <unordered_map>
-#include <unordered_set>
 
 #include "actors/cache_tier_actor.hpp"
 #include "actors/error.hpp"
 #include "actors/row_batch_util.hpp"
+#include "common/flat_map.hpp"
 #include "common/latency_histogram.hpp"
 #include "tiers/cpu_cache.hpp"
 
 namespace strata::actors::cache_detail {
 
 // A lookup or prefetch waiting for rows from the shards.
+// Fills are reused (cache_state::fills): a fill's vectors and maps keep
+// their capacity from one lookup to the next.
 struct pending_fill {
   std::vector<uint64_t> keys;
-  row_batch rows;                                                 // one record per position
-  std::unordered_map<uint64_t, std::vector<uint32_t>> positions;  // missing key -> positions
+  row_batch rows;  // one record per position
+  // Missing key -> its first position; next_position[pos] chains the
+  // others (no_position ends the chain).
+  flat_map<uint32_t> positions;
+  std::vector<uint32_t> next_position;
+  static constexpr uint32_t no_position = ~uint32_t{0};
   size_t outstanding = 0;
   caf::typed_response_promise<lookup_reply> promise;
   bool reply = false;
-  std::function<void()> then;                 // runs once every row is in (push in pass mode)
-  std::function<void(caf::error&)> fail;      // a shard refused a pull
-  std::unordered_set<uint64_t> not_admitted;  // keys the shards flagged
-  double started = 0;                         // when the lookup arrived (latency metrics)
+  std::function<void()> then;             // runs once every row is in (push in pass mode)
+  std::function<void(caf::error&)> fail;  // a shard refused a pull
+  flat_map<uint8_t> not_admitted;         // keys the shards flagged
+  double started = 0;                     // when the lookup arrived (latency metrics)
+  // Scratch of fill_rows and its pull replies.
+  std::vector<uint32_t> misses;
+  std::vector<uint64_t> wanted;
+  std::vector<std::byte> resident;
+  std::vector<uint32_t> absent;
+  std::vector<uint64_t> admitted_keys;
+  std::vector<std::byte> admitted_rows;
+
+  // Calls fn(position) for every position of a missing key.
+  template <class Fn>
+  void for_each_position(uint64_t key, Fn&& fn) const {
+    const uint32_t* first = positions.find(key);
+    for (uint32_t pos = first ? *first : no_position; pos != no_position; pos = next_position[pos])
+      fn(pos);
+  }
 };
 
 struct cache_state {
@@ -53,6 +74,12 @@ struct cache_state {
   caf::error fatal;
   std::vector<caf::typed_response_promise<ok_atom>> flush_waiters;
   uint64_t clock = 0;  // lookups served (async staleness)
+  // Fills in use or free (use_count 1: only this list holds it).
+  std::vector<std::shared_ptr<pending_fill>> fills;
+  // Scratch of one handler run (insert, push replies).
+  std::vector<uint64_t> ev_keys;
+  std::vector<std::byte> ev_rows;
+  flat_map<uint64_t> push_versions;
   tier_stats stats;    // counters; gauges and latencies are added on request
   latency_histogram lookup_latency, pull_latency, push_latency;
   double now() const { return config.clock->now_seconds(); }
@@ -66,7 +93,34 @@ using push_failed = std::function<void(caf::error&)>;
 // Runs one backend call and waits for its completion: at once for the CPU
 // backend; for the CUDA one (gpu/staged_cache.hpp) the actor's thread
 // blocks for the call's tens of microseconds on the device.
-void run_sync(const char* what, const std::function<void(cache_completion)>& call);
+// A fill ready for use: a free one from st.fills (its capacity kept), else
+// a new one.
+std::shared_ptr<pending_fill> acquire_fill(cache_state& st);
+
+// The waiter lives on this stack frame: the completion notifies while it
+// holds the mutex, so run_sync cannot return before the notifier is done
+// with it. Nothing is allocated for a backend that completes at once.
+template <class Call>
+void run_sync(const char* what, Call&& call) {
+  struct waiter {
+    std::mutex mutex;
+    std::condition_variable cv;
+    bool done = false;
+    status result;
+  } w;
+  call(cache_completion([&w](status s) {
+    std::lock_guard lock(w.mutex);
+    w.result = std::move(s);
+    w.done = true;
+    w.cv.notify_one();
+  }));
+  std::unique_lock lock(w.mutex);
+  w.cv.wait(lock, [&] { return w.done; });
+  if (!w.result) {
+    std::string msg = std::string(what) + ": " + w.result.err().to_string();
+    STRATA_ASSERT(false, msg.c_str());
+  }
+}
 
 void check_flush_waiters(cache_pointer self);
 void pin(cache_pointer self, const std::vector<uint64_t>& keys);

@@ -95,7 +95,7 @@ void apply_overflow(cache_pointer self, pass_push& p, const std::vector<uint32_t
     served.try_emplace(pulled.keys[i], served_rows + i * st.record_bytes);
   for (size_t j = 0; j < keys.size(); ++j) {
     const uint64_t k = keys[j];
-    if (pulled.not_admitted.count(k)) continue;  // dropped: version stays 0
+    if (pulled.not_admitted.contains(k)) continue;  // dropped: version stays 0
     std::byte* rec = rows.data() + j * st.record_bytes;
     const std::byte* newest = nullptr;
     if (auto it = served.find(k); it != served.end()) newest = it->second;
@@ -132,7 +132,8 @@ void apply_in_cache(cache_pointer self, const push_request& req, push_done done,
   // pinned meanwhile: a row served now may be updated, evicted and
   // acknowledged before the last pull returns, and the overflow must then
   // find that newer version in the evicted buffer.
-  auto fill = std::make_shared<pending_fill>();
+  auto fill = acquire_fill(self->state);
+  fill->keys.clear();
   for (uint32_t i : misses) fill->keys.push_back(req.keys[i]);
   pin(self, fill->keys);
   fill->fail = [self, p, keys = fill->keys](caf::error& err) {
@@ -183,12 +184,12 @@ void push_to_shards(cache_pointer self, const push_request& req, push_done done,
             [self, p](push_reply& reply) {
               auto& st = self->state;
               auto* in = reinterpret_cast<std::byte*>(reply.rows.records.data());
-              std::unordered_map<uint64_t, uint64_t> version;
+              auto& version = st.push_versions;
+              version.clear();
               for (size_t j = 0; j < reply.rows.keys.size(); ++j)
                 version[reply.rows.keys[j]] = meta_of(in + j * st.record_bytes).version;
               for (size_t i = 0; i < p->keys.size(); ++i)
-                if (auto it = version.find(p->keys[i]); it != version.end())
-                  p->ack.versions[i] = it->second;
+                if (const uint64_t* v = version.find(p->keys[i])) p->ack.versions[i] = *v;
               if (st.mode == training_mode::async) insert(self, reply.rows.keys, in, false);
               if (--p->outstanding == 0 && !p->failed) p->done(std::move(p->ack));
             },

@@ -5,31 +5,23 @@
 namespace strata::actors {
 namespace cache_detail {
 
-// Runs one backend call and waits for its completion: at once for the CPU
-// backend; for the CUDA one (gpu/staged_cache.hpp) the actor's thread
-// blocks for the call's tens of microseconds on the device.
-void run_sync(const char* what, const std::function<void(cache_completion)>& call) {
-  struct waiter {
-    std::mutex mutex;
-    std::condition_variable cv;
-    bool done = false;
-    status result;
-  };
-  auto w = std::make_shared<waiter>();
-  call([w](status s) {
-    {
-      std::lock_guard lock(w->mutex);
-      w->result = std::move(s);
-      w->done = true;
-    }
-    w->cv.notify_one();
-  });
-  std::unique_lock lock(w->mutex);
-  w->cv.wait(lock, [&] { return w->done; });
-  if (!w->result) {
-    std::string msg = std::string(what) + ": " + w->result.err().to_string();
-    STRATA_ASSERT(false, msg.c_str());
+std::shared_ptr<pending_fill> acquire_fill(cache_state& st) {
+  for (auto& f : st.fills) {
+    if (f.use_count() != 1) continue;  // a lookup, prefetch or pull still holds it
+    f->positions.clear();
+    f->not_admitted.clear();
+    f->outstanding = 0;
+    f->promise = {};
+    f->reply = false;
+    f->then = nullptr;
+    f->fail = nullptr;
+    f->started = 0;
+    return f;
   }
+  auto f = std::make_shared<pending_fill>();
+  // Bounded: fills beyond the list are used once (a burst of prefetches).
+  if (st.fills.size() < 16) st.fills.push_back(f);
+  return f;
 }
 
 void check_flush_waiters(cache_pointer self) {
@@ -145,8 +137,10 @@ void insert(cache_pointer self, const std::vector<uint64_t>& keys, std::byte* re
   if (st.mode == training_mode::async)
     for (size_t i = 0; i < keys.size(); ++i)
       meta_of(records + i * st.record_bytes).tick = static_cast<uint32_t>(st.clock);
-  std::vector<uint64_t> ev_keys(keys.size());
-  std::vector<std::byte> ev_rows(keys.size() * st.record_bytes);
+  auto& ev_keys = st.ev_keys;
+  auto& ev_rows = st.ev_rows;
+  ev_keys.resize(keys.size());
+  ev_rows.resize(keys.size() * st.record_bytes);
   cache_counts counts;
   const size_t before = st.cache->size();
   run_sync("cache insert", [&](cache_completion done) {
@@ -171,9 +165,20 @@ void finish_fill(cache_pointer self, const std::shared_ptr<pending_fill>& fill) 
   if (fill->outstanding > 0) return;
   if (fill->reply) {
     self->state.lookup_latency.observe(self->state.now() - fill->started);
+    // The requester's keys go back with the rows (no copy); a pass-mode
+    // push (`then`) still reads them.
+    if (fill->then)
+      fill->rows.keys = fill->keys;
+    else
+      fill->rows.keys = std::move(fill->keys);
     fill->promise.deliver(lookup_reply{std::move(fill->rows)});
   }
   if (fill->then) fill->then();
+  // The fill goes back to st.fills: it must not keep the actor (the
+  // promise) or a push (its callbacks) alive.
+  fill->promise = {};
+  fill->then = nullptr;
+  fill->fail = nullptr;
 }
 
 // Serves `keys` into fill->rows from the cache, the evicted buffer and, for
@@ -181,10 +186,10 @@ void finish_fill(cache_pointer self, const std::shared_ptr<pending_fill>& fill) 
 void fill_rows(cache_pointer self, std::shared_ptr<pending_fill> fill, bool count_stats) {
   auto& st = self->state;
   const auto& keys = fill->keys;
-  fill->rows.keys = keys;
   fill->rows.records.resize(keys.size() * st.record_bytes);
   auto* out = reinterpret_cast<std::byte*>(fill->rows.records.data());
-  std::vector<uint32_t> misses(keys.size());
+  auto& misses = fill->misses;
+  misses.resize(keys.size());
   cache_counts counts;
   run_sync("cache query", [&](cache_completion done) {
     st.cache->query(host_span(std::span<const uint64_t>(keys)),
@@ -213,20 +218,30 @@ void fill_rows(cache_pointer self, std::shared_ptr<pending_fill> fill, bool coun
     st.stats.hits += keys.size() - misses.size();
     st.stats.misses += misses.size();
   }
+  fill->next_position.resize(keys.size());
+  auto& wanted = fill->wanted;
+  wanted.clear();
   for (uint32_t i : misses) {
-    auto ev = st.evicted.find(keys[i]);
-    if (ev != st.evicted.end()) {
-      std::memcpy(out + size_t{i} * st.record_bytes, ev->second.data(), st.record_bytes);
-      continue;
+    if (!st.evicted.empty()) {
+      auto ev = st.evicted.find(keys[i]);
+      if (ev != st.evicted.end()) {
+        std::memcpy(out + size_t{i} * st.record_bytes, ev->second.data(), st.record_bytes);
+        continue;
+      }
     }
-    fill->positions[keys[i]].push_back(i);
+    auto [first, inserted] = fill->positions.try_emplace(keys[i], i);
+    if (inserted) {
+      fill->next_position[i] = pending_fill::no_position;
+      wanted.push_back(keys[i]);
+    } else {  // chained in front of the key's earlier positions
+      fill->next_position[i] = *first;
+      *first = i;
+    }
   }
   if (fill->positions.empty()) {
     finish_fill(self, fill);
     return;
   }
-  std::vector<uint64_t> wanted;
-  for (const auto& [k, pos] : fill->positions) wanted.push_back(k);
   std::sort(wanted.begin(), wanted.end());
   auto groups = st.map.group(wanted);
   for (uint32_t s = 0; s < groups.size(); ++s) {
@@ -248,8 +263,10 @@ void fill_rows(cache_pointer self, std::shared_ptr<pending_fill> fill, bool coun
               // in the evicted buffer, whose release waits for an ack that
               // the shard sends after this reply). The newest copy is served
               // and inserted.
-              std::vector<std::byte> resident(reply.rows.records.size());
-              std::vector<uint32_t> absent(reply.rows.keys.size());
+              auto& resident = fill->resident;
+              auto& absent = fill->absent;
+              resident.resize(reply.rows.records.size());
+              absent.resize(reply.rows.keys.size());
               cache_counts q;
               run_sync("cache query", [&](cache_completion done) {
                 st.cache->query(host_span(std::span<const uint64_t>(reply.rows.keys)),
@@ -257,8 +274,10 @@ void fill_rows(cache_pointer self, std::shared_ptr<pending_fill> fill, bool coun
                                 host_span(std::span<uint32_t>(absent)), q, std::move(done));
               });
               absent.resize(q.misses);
-              std::vector<uint64_t> admitted_keys;
-              std::vector<std::byte> admitted_rows;
+              auto& admitted_keys = fill->admitted_keys;
+              auto& admitted_rows = fill->admitted_rows;
+              admitted_keys.clear();
+              admitted_rows.clear();
               size_t a = 0;
               for (size_t j = 0; j < reply.rows.keys.size(); ++j) {
                 const std::byte* rec = in + j * st.record_bytes;
@@ -266,16 +285,18 @@ void fill_rows(cache_pointer self, std::shared_ptr<pending_fill> fill, bool coun
                 if (!is_resident) ++a;
                 const std::byte* cached = resident.data() + j * st.record_bytes;
                 if (is_resident && meta_of(cached).version >= meta_of(rec).version) rec = cached;
-                if (auto ev = st.evicted.find(reply.rows.keys[j]);
-                    ev != st.evicted.end() &&
-                    meta_of(ev->second.data()).version > meta_of(rec).version)
-                  rec = ev->second.data();
+                if (!st.evicted.empty())
+                  if (auto ev = st.evicted.find(reply.rows.keys[j]);
+                      ev != st.evicted.end() &&
+                      meta_of(ev->second.data()).version > meta_of(rec).version)
+                    rec = ev->second.data();
                 if (!reply.admitted.empty() && !reply.admitted[j]) {
-                  fill->not_admitted.insert(reply.rows.keys[j]);
+                  fill->not_admitted.try_emplace(reply.rows.keys[j], 1);
                   ++st.stats.admission_rejections;
                 }
-                for (uint32_t pos : fill->positions[reply.rows.keys[j]])
+                fill->for_each_position(reply.rows.keys[j], [&](uint32_t pos) {
                   std::memcpy(out + size_t{pos} * st.record_bytes, rec, st.record_bytes);
+                });
                 if (reply.admitted.empty() || reply.admitted[j]) {
                   admitted_keys.push_back(reply.rows.keys[j]);
                   admitted_rows.insert(admitted_rows.end(), rec, rec + st.record_bytes);
@@ -289,6 +310,7 @@ void fill_rows(cache_pointer self, std::shared_ptr<pending_fill> fill, bool coun
               if (fill->reply) fill->promise.deliver(err);
               if (fill->fail) fill->fail(err);
               fill->reply = false;
+              fill->promise = {};
               fill->then = nullptr;
               fill->fail = nullptr;
             });
@@ -339,7 +361,7 @@ cache_tier_actor::behavior_type cache_behavior(cache_pointer self, cache_config 
         auto& st = self->state;
         ++st.clock;
         st.stats.lookups += keys.size();
-        auto fill = std::make_shared<pending_fill>();
+        auto fill = acquire_fill(st);
         fill->started = st.now();
         fill->keys = std::move(keys);
         fill->promise = self->make_response_promise<lookup_reply>();
@@ -352,7 +374,7 @@ cache_tier_actor::behavior_type cache_behavior(cache_pointer self, cache_config 
         auto& st = self->state;
         ++st.stats.prefetch_requests;
         st.stats.prefetch_rows += keys.size();
-        auto fill = std::make_shared<pending_fill>();
+        auto fill = acquire_fill(st);
         fill->keys = std::move(keys);
         fill_rows(self, fill, false);
       },

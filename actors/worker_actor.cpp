@@ -4,8 +4,8 @@
 #include <deque>
 #include <optional>
 #include <string>
-#include <unordered_map>
 
+#include "common/flat_map.hpp"
 #include "common/hash.hpp"
 #include "model/reader.hpp"
 #include "tiers/row.hpp"
@@ -100,6 +100,11 @@ struct worker_state {
 
   // The pipeline.
   std::deque<pending_batch> ahead;  // read and prefetched, not yet trained
+  // Trained batches whose vectors are reused by the next one read (their
+  // capacity stays: no allocation per batch once the pipeline is full).
+  std::vector<pending_batch> spare;
+  flat_map<uint32_t> route_index;  // make_pending's scratch: key -> index in its route
+  std::vector<uint8_t> seen;       // train_head's scratch: first copy of a key summed
   bool data_end = false;
   uint64_t batches_read = 0;
   bool lookup_outstanding = false;
@@ -135,23 +140,31 @@ void fail(worker_pointer self, caf::error err) {
   }
 }
 
-pending_batch make_pending(const worker_state& st, model::batch batch) {
+pending_batch make_pending(worker_state& st, model::batch batch) {
   pending_batch p;
-  const auto keys = batch.keys();
-  p.key_count = keys.size();
+  if (!st.spare.empty()) {
+    p = std::move(st.spare.back());
+    st.spare.pop_back();
+  }
   p.batch = std::move(batch);
   const bool async = st.peers.mode == training_mode::async;
   const auto routes = async ? 1u : static_cast<uint32_t>(st.peers.caches.size());
   p.route_keys.resize(routes);
   p.route_members.resize(routes);
-  std::unordered_map<uint64_t, uint32_t> index;  // key -> index in its route
-  index.reserve(keys.size());
-  for (size_t i = 0; i < keys.size(); ++i) {
-    const uint32_t r = async ? 0 : pass_owner_of(keys[i], routes);
-    auto [it, first] = index.try_emplace(keys[i], static_cast<uint32_t>(p.route_keys[r].size()));
-    if (first) p.route_keys[r].push_back(keys[i]);
-    p.route_members[r].emplace_back(static_cast<uint32_t>(i), it->second);
+  for (auto& keys : p.route_keys) keys.clear();
+  for (auto& members : p.route_members) members.clear();
+  auto& index = st.route_index;
+  index.clear();
+  uint32_t i = 0;
+  for (const auto& ex : p.batch.examples) {
+    for (const auto& f : ex.features) {
+      const uint32_t r = async ? 0 : pass_owner_of(f.key, routes);
+      auto [at, first] = index.try_emplace(f.key, static_cast<uint32_t>(p.route_keys[r].size()));
+      if (first) p.route_keys[r].push_back(f.key);
+      p.route_members[r].emplace_back(i++, *at);
+    }
   }
+  p.key_count = i;
   return p;
 }
 
@@ -249,13 +262,14 @@ void train_head(worker_pointer self) {
     push.epoch = st.epoch;
     push.keys = std::move(head.route_keys[r]);
     push.grads.resize(push.keys.size() * dim);
-    std::vector<bool> seen(push.keys.size(), false);
+    auto& seen = st.seen;
+    seen.assign(push.keys.size(), 0);
     for (const auto& [pos, u] : head.route_members[r]) {  // ascending positions
       const float* g = out.row_grads.data() + size_t{pos} * dim;
       float* acc = push.grads.data() + size_t{u} * dim;
       if (!seen[u]) {  // the first copy, then the others added in batch order
         std::copy(g, g + dim, acc);
-        seen[u] = true;
+        seen[u] = 1;
         continue;
       }
       for (uint32_t j = 0; j < dim; ++j) acc[j] += g[j];
@@ -300,6 +314,7 @@ void train_head(worker_pointer self) {
   st.result.loss_sum += report.loss_sum;
   if (st.report_to) self->send(st.report_to, progress_atom::value, report);
 
+  if (st.spare.size() < 2) st.spare.push_back(std::move(st.ahead.front()));
   st.ahead.pop_front();
   st.lookup_outstanding = false;
   ++st.position;

@@ -1,7 +1,6 @@
 #include "tiers/tier_chain.hpp"
 
 #include <algorithm>
-#include <unordered_map>
 
 namespace strata {
 
@@ -76,17 +75,19 @@ status tier_chain::lookup(std::span<const uint64_t> keys, rows_span out,
   // found nowhere.
   row_buffer promote(layout);
   row_buffer created(layout);
-  std::unordered_map<uint64_t, uint32_t> fresh;  // key -> first position served by the initializer
+  auto& fresh = fresh_;  // key -> first position served by the initializer
+  fresh.clear();
   for (size_t i = 0; i < keys.size(); ++i) {
     if (found[i] >= 0) {
       ++stats_.hits_per_tier[static_cast<size_t>(found[i])];
       if (found[i] > 0) promote.append(keys[i], out[i]);
       continue;
     }
-    auto [it, first] = fresh.try_emplace(keys[i], static_cast<uint32_t>(i));
+    auto [at, first] = fresh.try_emplace(keys[i], static_cast<uint32_t>(i));
     if (!first) {  // a repeat of a key created earlier in this batch
-      std::memcpy(out[i], out[it->second], layout.record_bytes());
-      if (admitted) (*admitted)[i] = (*admitted)[it->second];
+      const uint32_t earlier = *at;
+      std::memcpy(out[i], out[earlier], layout.record_bytes());
+      if (admitted) (*admitted)[i] = (*admitted)[earlier];
       continue;
     }
     table_.initial_row(keys[i], out[i], make_version(config_.incarnation, 0));
@@ -103,9 +104,10 @@ status tier_chain::lookup(std::span<const uint64_t> keys, rows_span out,
   if (!promote.empty() || !created.empty()) {
     // Deduplicate promotions: a key repeated in the batch is stored once.
     row_buffer unique(layout);
-    std::unordered_map<uint64_t, bool> seen;
+    auto& seen = seen_;
+    seen.clear();
     for (size_t i = 0; i < promote.size(); ++i)
-      if (seen.try_emplace(promote.key(i), true).second)
+      if (seen.try_emplace(promote.key(i), 1).second)
         unique.append(promote.key(i), promote.record(i));
     for (size_t i = 0; i < created.size(); ++i) unique.append(created.key(i), created.record(i));
     stats_.promoted += promote.size();
@@ -124,19 +126,20 @@ status tier_chain::push(std::span<const uint64_t> keys, const float* grads, size
   // Reduce duplicates: sum gradients in batch order, keep first-seen key order.
   std::vector<uint64_t> unique;
   std::vector<float> summed;
-  std::unordered_map<uint64_t, uint32_t> index;
+  auto& index = index_;
+  index.clear();
   std::vector<uint32_t> position_of(keys.size());
   for (size_t i = 0; i < keys.size(); ++i) {
-    auto [it, first] = index.try_emplace(keys[i], static_cast<uint32_t>(unique.size()));
+    auto [at, first] = index.try_emplace(keys[i], static_cast<uint32_t>(unique.size()));
     if (first) {
       unique.push_back(keys[i]);
       summed.insert(summed.end(), grads + i * grad_stride, grads + i * grad_stride + dim);
     } else {
-      float* acc = summed.data() + size_t{it->second} * dim;
+      float* acc = summed.data() + size_t{*at} * dim;
       const float* g = grads + i * grad_stride;
       for (uint32_t j = 0; j < dim; ++j) acc[j] += g[j];
     }
-    position_of[i] = it->second;
+    position_of[i] = *at;
   }
 
   std::vector<uint32_t> misses;

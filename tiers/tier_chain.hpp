@@ -27,6 +27,7 @@
 #include <span>
 #include <vector>
 
+#include "common/flat_map.hpp"
 #include "tiers/count_min.hpp"
 #include "tiers/dram_tier.hpp"
 #include "tiers/lmdb_tier.hpp"
@@ -121,6 +122,9 @@ class tier_chain {
   status locate(std::span<const uint64_t> keys, rows_span out, std::vector<int>& found);
   status write_tombstones();
   std::vector<uint64_t> pending_tombstones_;
+  // Per-call scratch (kept, so that a batch allocates no map nodes).
+  flat_map<uint32_t> fresh_, index_;
+  flat_map<uint8_t> seen_;
   table_config table_;
   tier_chain_config config_;
   std::unique_ptr<dram_tier> dram_;

@@ -1,7 +1,6 @@
 #include "tiers/write_behind.hpp"
 
 #include <algorithm>
-#include <unordered_set>
 
 namespace strata {
 
@@ -11,11 +10,11 @@ status write_behind_buffer::lookup(std::span<const uint64_t> keys, rows_span out
                                    std::vector<uint32_t>& misses) {
   const size_t bytes = layout_.record_bytes();
   for (size_t i = 0; i < keys.size(); ++i) {
-    auto it = rows_.find(keys[i]);
-    if (it == rows_.end()) {
+    const size_t* slot = rows_.find(keys[i]);
+    if (slot == nullptr) {
       misses.push_back(static_cast<uint32_t>(i));
     } else {
-      std::memcpy(out[i], records_.data() + it->second * bytes, bytes);
+      std::memcpy(out[i], records_.data() + *slot * bytes, bytes);
     }
   }
   return {};
@@ -25,30 +24,30 @@ status write_behind_buffer::store(std::span<const uint64_t> keys, const_rows_spa
                                   bool /*dirty*/, row_buffer& /*spilled*/) {
   const size_t bytes = layout_.record_bytes();
   for (size_t i = 0; i < keys.size(); ++i) {
-    auto [it, inserted] = rows_.try_emplace(keys[i], 0);
+    auto [slot, inserted] = rows_.try_emplace(keys[i], 0);
     if (inserted) {
       if (free_slots_.empty()) {
-        it->second = records_.size() / bytes;
+        *slot = records_.size() / bytes;
         records_.resize(records_.size() + bytes);
         queued_.push_back(0);
       } else {
-        it->second = free_slots_.back();
+        *slot = free_slots_.back();
         free_slots_.pop_back();
       }
     }
-    std::memcpy(records_.data() + it->second * bytes, rows[i], bytes);
-    if (!queued_[it->second]) open_.push_back(keys[i]);  // queued once per batch
-    queued_[it->second] = 1;
+    std::memcpy(records_.data() + *slot * bytes, rows[i], bytes);
+    if (!queued_[*slot]) open_.push_back(keys[i]);  // queued once per batch
+    queued_[*slot] = 1;
   }
   return {};
 }
 
 void write_behind_buffer::remove(uint64_t key) {
-  auto it = rows_.find(key);
-  if (it == rows_.end()) return;
-  free_slots_.push_back(it->second);
-  queued_[it->second] = 0;
-  rows_.erase(it);
+  const size_t* slot = rows_.find(key);
+  if (slot == nullptr) return;
+  free_slots_.push_back(*slot);
+  queued_[*slot] = 0;
+  rows_.erase(key);
 }
 
 status write_behind_buffer::erase(std::span<const uint64_t> keys) {
@@ -61,10 +60,10 @@ bool write_behind_buffer::take_batch(row_buffer& out, uint64_t& seq) {
   std::vector<flushed_row> batch;
   const size_t bytes = layout_.record_bytes();
   for (uint64_t key : open_) {
-    auto it = rows_.find(key);
-    if (it == rows_.end() || !queued_[it->second]) continue;  // erased meanwhile
-    queued_[it->second] = 0;
-    const std::byte* rec = records_.data() + it->second * bytes;
+    const size_t* slot = rows_.find(key);
+    if (slot == nullptr || !queued_[*slot]) continue;  // erased meanwhile
+    queued_[*slot] = 0;
+    const std::byte* rec = records_.data() + *slot * bytes;
     out.append(key, rec);
     batch.push_back({key, meta_of(rec).version});
   }
@@ -82,12 +81,11 @@ size_t write_behind_buffer::release(uint64_t seq) {
   const size_t confirmed = it->second.size();
   const size_t bytes = layout_.record_bytes();
   for (const flushed_row& row : it->second) {
-    auto found = rows_.find(row.key);
+    const size_t* slot = rows_.find(row.key);
     // Release only if the copy here is still the one that was flushed; a
     // newer copy waits for its own batch.
-    if (found != rows_.end() &&
-        meta_of(records_.data() + found->second * bytes).version == row.version &&
-        !queued_[found->second]) {
+    if (slot != nullptr && meta_of(records_.data() + *slot * bytes).version == row.version &&
+        !queued_[*slot]) {
       remove(row.key);
     }
   }
@@ -96,15 +94,15 @@ size_t write_behind_buffer::release(uint64_t seq) {
 }
 
 status write_behind_buffer::take_dirty(row_buffer& out) {
-  std::unordered_set<uint64_t> in_flight_keys;
+  flat_map<uint8_t> in_flight_keys;
   for (const auto& [seq, batch] : in_flight_)
-    for (const auto& row : batch) in_flight_keys.insert(row.key);
+    for (const auto& row : batch) in_flight_keys.try_emplace(row.key, 1);
   const size_t bytes = layout_.record_bytes();
   for (uint64_t key : open_) {
-    auto it = rows_.find(key);
-    if (it == rows_.end() || !queued_[it->second]) continue;
-    queued_[it->second] = 0;
-    out.append(key, records_.data() + it->second * bytes);
+    const size_t* slot = rows_.find(key);
+    if (slot == nullptr || !queued_[*slot]) continue;
+    queued_[*slot] = 0;
+    out.append(key, records_.data() + *slot * bytes);
     // A copy in flight stays readable until its batch is released.
     if (!in_flight_keys.contains(key)) remove(key);
   }
@@ -114,14 +112,12 @@ status write_behind_buffer::take_dirty(row_buffer& out) {
 
 status write_behind_buffer::dump(const row_visitor& visit) {
   const size_t bytes = layout_.record_bytes();
-  for (const auto& [key, slot] : rows_) visit(key, records_.data() + slot * bytes);
+  rows_.for_each([&](uint64_t key, size_t slot) { visit(key, records_.data() + slot * bytes); });
   return {};
 }
 
 size_t write_behind_buffer::memory_bytes() const {
-  // Records plus an estimate of the hash map's nodes and buckets.
-  return records_.capacity() + rows_.size() * (sizeof(uint64_t) + sizeof(size_t) + 16) +
-         rows_.bucket_count() * sizeof(void*) + open_.capacity() * sizeof(uint64_t) +
+  return records_.capacity() + rows_.memory_bytes() + open_.capacity() * sizeof(uint64_t) +
          queued_.capacity();
 }
 

@@ -16,8 +16,8 @@
 
 #include <cstdint>
 #include <deque>
-#include <unordered_map>
 
+#include "common/flat_map.hpp"
 #include "tiers/row_store.hpp"
 
 namespace strata {
@@ -60,7 +60,7 @@ class write_behind_buffer final : public row_store {
     uint64_t version;
   };
   row_layout layout_;
-  std::unordered_map<uint64_t, size_t> rows_;  // key -> slot in records_
+  flat_map<size_t> rows_;  // key -> slot in records_
   std::vector<std::byte> records_;
   std::vector<size_t> free_slots_;
   std::vector<uint64_t> open_;   // keys queued since the last take_batch, once each
