@@ -44,7 +44,8 @@ caf::error push_local(shard_pointer self, const push_request& req, push_reply& r
     if (!s) return to_caf(s.err());
     st.applied_pushes.remember(fingerprint);
   }
-  std::vector<uint64_t> unique = req.keys;
+  auto& unique = st.push_unique;
+  unique.assign(req.keys.begin(), req.keys.end());
   std::sort(unique.begin(), unique.end());
   unique.erase(std::unique(unique.begin(), unique.end()), unique.end());
   const size_t before = reply.rows.keys.size();
@@ -89,6 +90,11 @@ shard_actor::behavior_type shard_behavior(shard_pointer self, shard_config confi
   return {
       [self, layout](pull_atom, const std::vector<uint64_t>& keys) -> caf::result<pull_reply> {
         if (self->state.fatal) return self->state.fatal;
+        if (all_keys_local(self->state)) {
+          pull_reply reply;
+          if (auto err = pull_local(self, keys, reply)) return err;
+          return reply;
+        }
         auto split = split_keys(self->state, keys);
         if (split.remote.empty()) {
           pull_reply reply;
@@ -134,6 +140,11 @@ shard_actor::behavior_type shard_behavior(shard_pointer self, shard_config confi
                                  "push of " + std::to_string(req.keys.size()) + " keys carries " +
                                      std::to_string(req.grads.size()) + " floats, expected dim " +
                                      std::to_string(layout.dim) + " each");
+        if (all_keys_local(self->state)) {
+          push_reply reply;
+          if (auto err = push_local(self, req, reply)) return err;
+          return reply;
+        }
         auto split = split_keys(self->state, req.keys);
         if (split.remote.empty()) {
           push_reply reply;
@@ -212,16 +223,23 @@ shard_actor::behavior_type shard_behavior(shard_pointer self, shard_config confi
       },
       [self, layout](prefetch_atom, const std::vector<uint64_t>& all_keys) {
         if (self->state.fatal) return;
-        auto split = split_keys(self->state, all_keys);
-        for (auto& [other, at] : split.remote)
-          self->send(caf::actor_cast<shard_actor>(other), prefetch_atom::value, pick(all_keys, at));
-        const std::vector<uint64_t> keys =
-            split.remote.empty() ? all_keys : pick(all_keys, split.local);
+        std::vector<uint64_t> picked;
+        bool some_remote = false;
+        if (!all_keys_local(self->state)) {
+          auto split = split_keys(self->state, all_keys);
+          for (auto& [other, at] : split.remote)
+            self->send(caf::actor_cast<shard_actor>(other), prefetch_atom::value,
+                       pick(all_keys, at));
+          some_remote = !split.remote.empty();
+          if (some_remote) picked = pick(all_keys, split.local);
+        }
+        const std::vector<uint64_t>& keys = some_remote ? picked : all_keys;
         if (keys.empty()) return;
         touch(self->state, keys);
         ++self->state.metrics.prefetch_requests;
         self->state.metrics.prefetch_rows += keys.size();
-        std::vector<std::byte> scratch(keys.size() * layout.record_bytes());
+        auto& scratch = self->state.prefetch_scratch;
+        scratch.resize(keys.size() * layout.record_bytes());
         auto s = self->state.chain->lookup(keys, {scratch.data(), layout.record_bytes()}, nullptr);
         if (!s) caf::aout(self) << "strata: prefetch failed: " << s.err().to_string() << "\n";
         maybe_flush(self);

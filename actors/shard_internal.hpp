@@ -105,6 +105,8 @@ struct shard_state {
   std::vector<uint32_t> erase_partitions;  // not owned: removed from LMDB once flushed
   bool erase_pending = false;
   std::vector<caf::typed_response_promise<ok_atom>> commit_waiters;
+  std::vector<std::byte> prefetch_scratch;  // rows a prefetch reads (discarded)
+  std::vector<uint64_t> push_unique;        // push_local's distinct keys
   static inline const char* name = "shard";
 };
 
@@ -139,6 +141,11 @@ void maybe_flush(shard_pointer self);
 
 caf::actor owner_elsewhere(const shard_state& st, uint64_t key);
 key_split split_keys(const shard_state& st, const std::vector<uint64_t>& keys);
+// Every key is this shard's (no committed map, no fence): the handlers
+// skip split_keys and its index vectors.
+inline bool all_keys_local(const shard_state& st) {
+  return !st.routing && !(st.out && st.out->fenced);
+}
 std::vector<uint64_t> pick(const std::vector<uint64_t>& keys, const std::vector<uint32_t>& at);
 void touch(shard_state& st, const std::vector<uint64_t>& keys);
 void copy_next(shard_pointer self);

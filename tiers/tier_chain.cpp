@@ -19,6 +19,9 @@ tier_chain::tier_chain(table_config table, tier_chain_config config,
     tiers_.push_back(durable_.get());
   }
   stats_.hits_per_tier.assign(tiers_.size(), 0);
+  for (row_buffer* b : {&locate_.rows, &lookup_.promote, &lookup_.created, &lookup_.unique,
+                        &lookup_.spilled, &push_.rows, &push_.updated, &push_.spilled})
+    *b = row_buffer(table_.layout);
   if (config_.admission_threshold > 0) sketch_.emplace(config_.sketch_width, config_.sketch_depth);
 }
 
@@ -33,22 +36,25 @@ status tier_chain::store_spilled(row_buffer& spilled) {
 
 status tier_chain::locate(std::span<const uint64_t> keys, rows_span out, std::vector<int>& found) {
   found.assign(keys.size(), -1);
-  std::vector<uint32_t> pending(keys.size());
+  auto& pending = locate_.pending;
+  pending.resize(keys.size());
   for (uint32_t i = 0; i < keys.size(); ++i) pending[i] = i;
   const row_layout& layout = table_.layout;
-  std::vector<uint64_t> sub_keys;
-  std::vector<uint32_t> misses;
+  auto& sub_keys = locate_.sub_keys;
+  auto& misses = locate_.misses;
+  auto& rows = locate_.rows;
+  auto& still = locate_.still;
   for (size_t t = 0; t < tiers_.size() && !pending.empty(); ++t) {
     sub_keys.clear();
     for (uint32_t i : pending) sub_keys.push_back(keys[i]);
-    row_buffer rows(layout);
+    rows.clear();
     rows.reserve(sub_keys.size());
     for (uint64_t k : sub_keys) rows.append(k);
     misses.clear();
     if (observer_) observer_->before_lookup(t);
     STRATA_TRY(tiers_[t]->lookup(sub_keys, rows.rows(), misses));
     if (observer_) observer_->after_lookup(t, sub_keys.size());
-    std::vector<uint32_t> still;
+    still.clear();
     size_t m = 0;
     for (uint32_t j = 0; j < sub_keys.size(); ++j) {
       if (m < misses.size() && misses[m] == j) {
@@ -68,14 +74,16 @@ status tier_chain::lookup(std::span<const uint64_t> keys, rows_span out,
                           std::vector<uint8_t>* admitted) {
   const row_layout& layout = table_.layout;
   if (admitted) admitted->assign(keys.size(), 1);
-  std::vector<int> found;
+  auto& found = lookup_.found;
   STRATA_TRY(locate(keys, out, found));
 
   // Promote rows found below DRAM (once per key), and create rows for keys
   // found nowhere.
-  row_buffer promote(layout);
-  row_buffer created(layout);
-  auto& fresh = fresh_;  // key -> first position served by the initializer
+  auto& promote = lookup_.promote;
+  auto& created = lookup_.created;
+  promote.clear();
+  created.clear();
+  auto& fresh = lookup_.fresh;  // key -> first position served by the initializer
   fresh.clear();
   for (size_t i = 0; i < keys.size(); ++i) {
     if (found[i] >= 0) {
@@ -103,15 +111,17 @@ status tier_chain::lookup(std::span<const uint64_t> keys, rows_span out,
   }
   if (!promote.empty() || !created.empty()) {
     // Deduplicate promotions: a key repeated in the batch is stored once.
-    row_buffer unique(layout);
-    auto& seen = seen_;
+    auto& unique = lookup_.unique;
+    unique.clear();
+    auto& seen = lookup_.seen;
     seen.clear();
     for (size_t i = 0; i < promote.size(); ++i)
       if (seen.try_emplace(promote.key(i), 1).second)
         unique.append(promote.key(i), promote.record(i));
     for (size_t i = 0; i < created.size(); ++i) unique.append(created.key(i), created.record(i));
     stats_.promoted += promote.size();
-    row_buffer spilled(layout);
+    auto& spilled = lookup_.spilled;
+    spilled.clear();
     // Clean: an initializer row can be recreated, a promoted row is below.
     STRATA_TRY(dram_->store(unique.keys(), unique.rows(), false, spilled));
     STRATA_TRY(store_spilled(spilled));
@@ -124,11 +134,14 @@ status tier_chain::push(std::span<const uint64_t> keys, const float* grads, size
   const row_layout& layout = table_.layout;
   const uint32_t dim = layout.dim;
   // Reduce duplicates: sum gradients in batch order, keep first-seen key order.
-  std::vector<uint64_t> unique;
-  std::vector<float> summed;
-  auto& index = index_;
+  auto& unique = push_.unique;
+  auto& summed = push_.summed;
+  auto& index = push_.index;
+  auto& position_of = push_.position_of;
+  unique.clear();
+  summed.clear();
   index.clear();
-  std::vector<uint32_t> position_of(keys.size());
+  position_of.resize(keys.size());
   for (size_t i = 0; i < keys.size(); ++i) {
     auto [at, first] = index.try_emplace(keys[i], static_cast<uint32_t>(unique.size()));
     if (first) {
@@ -142,38 +155,46 @@ status tier_chain::push(std::span<const uint64_t> keys, const float* grads, size
     position_of[i] = *at;
   }
 
-  std::vector<uint32_t> misses;
+  auto& misses = push_.misses;
+  misses.clear();
   STRATA_TRY(dram_->push(unique, summed.data(), dim, table_.optimizer, misses));
-  std::vector<uint64_t> versions(unique.size(), 0);
-  std::vector<bool> dropped(unique.size(), false);
+  auto& versions = push_.versions;
+  auto& dropped = push_.dropped;
+  versions.assign(unique.size(), 0);
+  dropped.assign(unique.size(), 0);
   if (!misses.empty()) {
     // Bring the missing rows up through the chain, update them here and
     // store them dirty into DRAM (which may spill older dirty rows).
-    std::vector<uint64_t> miss_keys;
+    auto& miss_keys = push_.miss_keys;
+    miss_keys.clear();
     for (uint32_t m : misses) miss_keys.push_back(unique[m]);
-    row_buffer rows(layout);
+    auto& rows = push_.rows;
+    rows.clear();
     for (uint64_t k : miss_keys) rows.append(k);
-    std::vector<uint8_t> admitted;
+    auto& admitted = push_.admitted;
     STRATA_TRY(lookup(miss_keys, rows.rows(), &admitted));
-    row_buffer updated(layout);
+    auto& updated = push_.updated;
+    updated.clear();
     for (size_t j = 0; j < miss_keys.size(); ++j) {
       if (!admitted[j]) {
         ++stats_.dropped_pushes;
-        dropped[misses[j]] = true;
+        dropped[misses[j]] = 1;
         continue;
       }
       apply_optimizer(table_.optimizer, layout, rows.record(j),
                       summed.data() + size_t{misses[j]} * dim);
       updated.append(miss_keys[j], rows.record(j));
     }
-    row_buffer spilled(layout);
+    auto& spilled = push_.spilled;
+    spilled.clear();
     STRATA_TRY(dram_->store(updated.keys(), updated.rows(), true, spilled));
     STRATA_TRY(store_spilled(spilled));
   }
   if (new_versions) {
-    row_buffer rows(layout);
+    auto& rows = push_.rows;
+    rows.clear();
     for (uint64_t k : unique) rows.append(k);
-    std::vector<int> found;
+    auto& found = push_.found;
     STRATA_TRY(locate(unique, rows.rows(), found));
     for (size_t u = 0; u < unique.size(); ++u)
       versions[u] = (dropped[u] || found[u] < 0) ? 0 : meta_of(rows.record(u)).version;

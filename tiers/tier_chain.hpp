@@ -122,9 +122,29 @@ class tier_chain {
   status locate(std::span<const uint64_t> keys, rows_span out, std::vector<int>& found);
   status write_tombstones();
   std::vector<uint64_t> pending_tombstones_;
-  // Per-call scratch (kept, so that a batch allocates no map nodes).
-  flat_map<uint32_t> fresh_, index_;
-  flat_map<uint8_t> seen_;
+  // Per-call scratch, kept so that a batch allocates nothing once they have
+  // grown. Separate sets for locate, lookup and push: push calls lookup,
+  // both call locate.
+  struct locate_scratch {
+    std::vector<uint32_t> pending, still, misses;
+    std::vector<uint64_t> sub_keys;
+    row_buffer rows;
+  } locate_;
+  struct lookup_scratch {
+    std::vector<int> found;
+    row_buffer promote, created, unique, spilled;
+    flat_map<uint32_t> fresh;  // key -> first position served by the initializer
+    flat_map<uint8_t> seen;
+  } lookup_;
+  struct push_scratch {
+    std::vector<uint64_t> unique, versions, miss_keys;
+    std::vector<float> summed;
+    std::vector<uint32_t> position_of, misses;
+    std::vector<uint8_t> dropped, admitted;
+    std::vector<int> found;
+    row_buffer rows, updated, spilled;
+    flat_map<uint32_t> index;
+  } push_;
   table_config table_;
   tier_chain_config config_;
   std::unique_ptr<dram_tier> dram_;
