@@ -190,6 +190,9 @@ struct node_bridge::impl {
   // node_bridge::expect_departures: a peer whose connection closes is
   // logged as leaving, not as down.
   std::atomic<bool> departures_expected_{false};
+  // Progress thread only: shutdown() has logged this node's goodbye to the
+  // peers still up; a peer going down after that is not logged again.
+  bool stop_announced_ = false;
   bool stopped_ = false;
   std::atomic<uint64_t> rejected_unknown{0}, peers_down{0};
   std::atomic<uint64_t> unauthenticated{0}, refused_handshakes{0};

@@ -16,11 +16,9 @@ namespace strata::transport {
 void node_bridge::impl::mark_down(peer_state& peer, const std::string& reason,
                                   bool disconnected) {
   std::unordered_map<uint64_t, peer_state::pending> pending;
-  bool stopping = false;
   {
     std::lock_guard lock(mu_);
     if (peer.down) return;
-    stopping = stopping_;
     peer.down = true;
     peer.up = false;
     peer.down_reason = reason;
@@ -32,7 +30,7 @@ void node_bridge::impl::mark_down(peer_state& peer, const std::string& reason,
   // Log what is true: a peer that said goodbye, or whose connection closed
   // once departures were expected (the end of a run), left; this node's
   // own stop is logged once by shutdown(); anything else is a failure.
-  if (stopping) {
+  if (stop_announced_) {
   } else if (peer.leaving) {
     log("node '" + peer.name + "' left (goodbye)");
   } else if (disconnected && departures_expected_) {
@@ -165,11 +163,13 @@ void node_bridge::impl::shutdown() {
     return false;
   };
   while (holding() && clock::now() < deadline) ucp_worker_progress(worker);
-  if (!live.empty()) {
-    std::string names;
-    for (auto* p : live) names += (names.empty() ? "'" : ", '") + p->name + "'";
-    log("stopping: goodbye to node" + std::string(live.size() == 1 ? " " : "s ") + names);
-  }
+  // Peers that went down meanwhile were logged as such.
+  std::string names;
+  size_t up = 0;
+  for (auto* p : live)
+    if (!p->down) names += (up++ == 0 ? "'" : ", '") + p->name + "'";
+  if (up > 0) log("stopping: goodbye to node" + std::string(up == 1 ? " " : "s ") + names);
+  stop_announced_ = true;
   for (auto* p : live)
     send_control(p->ep, frame_type::goodbye, 0, false, static_cast<int>(p->index));
   while (sends_in_flight > 0 && clock::now() < deadline) ucp_worker_progress(worker);

@@ -139,6 +139,7 @@ TEST(ClusterOps, StatusSummaryHealthAndAdminVerbsByManifest) {
   std::string summary;
   ASSERT_TRUE(poll_until(
       [&] {
+        if (!cluster.running()) return true;  // failed to start: said below
         auto [rc, out, err] = cli({"status", "--manifest", m});
         summary = out + err;
         return rc == 0 && matches(out, "training") && matches(out, "examples/s") &&
@@ -147,6 +148,7 @@ TEST(ClusterOps, StatusSummaryHealthAndAdminVerbsByManifest) {
       deadline_s))
       << "no training status through " << m << ": " << summary << "\n"
       << cluster.out() << cluster.err();
+  ASSERT_TRUE(cluster.running()) << "the cluster ended\n" << cluster.out() << cluster.err();
   // Short: nodes, shards with partition counts, training; no partition ids.
   EXPECT_LT(occurrences(summary, "\n"), 25u) << summary;
   EXPECT_EQ(summary.find('['), std::string::npos) << summary;
