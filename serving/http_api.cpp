@@ -129,6 +129,44 @@ std::string lookup_body(const std::string& table, const lookup_result& rows, siz
   return out;
 }
 
+// GET /keys?table=T[&limit=N]: up to N (1..1000, default 10) stored keys,
+// as decimal strings (exact in any JSON reader; /lookup takes them back).
+std::pair<http::status, json> list_keys(serving_service& service, const std::string& query) {
+  std::string table;
+  uint32_t limit = 10;
+  size_t start = 0;
+  while (start <= query.size()) {
+    size_t end = query.find('&', start);
+    if (end == std::string::npos) end = query.size();
+    const std::string part = query.substr(start, end - start);
+    start = end + 1;
+    if (part.empty()) continue;
+    const size_t eq = part.find('=');
+    const std::string name = part.substr(0, eq);
+    const std::string value = eq == std::string::npos ? "" : part.substr(eq + 1);
+    if (name == "table") {
+      table = value;
+    } else if (name == "limit") {
+      auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), limit);
+      if (ec != std::errc() || ptr != value.data() + value.size() || limit == 0 ||
+          limit > wire::max_list_keys)
+        return {http::status::bad_request,
+                {{"error", "query parameter 'limit' must be 1.." +
+                               std::to_string(wire::max_list_keys) + ", not '" + value + "'"}}};
+    } else {
+      return {http::status::bad_request,
+              {{"error", "unknown query parameter '" + name + "' (table, limit)"}}};
+    }
+  }
+  if (table.empty())
+    return {http::status::bad_request, {{"error", "query parameter 'table' is required"}}};
+  auto keys = service.list_keys(table, limit);
+  if (!keys) return {status_of(keys.err().code()), {{"error", keys.err().message()}}};
+  json listed = json::array();
+  for (uint64_t k : *keys) listed.push_back(std::to_string(k));
+  return {http::status::ok, {{"table", table}, {"keys", std::move(listed)}}};
+}
+
 struct routed {
   routed(http::status s, json b) : status(s), body(std::move(b)) {}
   routed(http::status s, std::string t) : status(s), text(std::move(t)) {}
@@ -145,6 +183,12 @@ routed route(serving_service& service, const http_request& req, http_memory* mem
       return {http::status::method_not_allowed, {{"error", "/health takes GET"}}};
     return {http::status::ok, health(service)};
   }
+  if (target == "/keys" || target.rfind("/keys?", 0) == 0) {
+    if (req.method() != http::verb::get)
+      return {http::status::method_not_allowed, {{"error", "/keys takes GET"}}};
+    auto [status, body] = list_keys(service, target.size() > 6 ? target.substr(6) : "");
+    return {status, std::move(body)};
+  }
   // Parsing the body costs memory in proportion to it: charged first.
   if (memory && !memory->take(req.body().size() * http_json_bytes_per_body_byte))
     return {http::status::service_unavailable,
@@ -153,7 +197,7 @@ routed route(serving_service& service, const http_request& req, http_memory* mem
                            std::to_string(memory->budget->cap()) + " bytes); retry later"}}};
   if (target != "/lookup")
     return {http::status::not_found,
-            {{"error", "no such path '" + target + "' (try /lookup, /health)"}}};
+            {{"error", "no such path '" + target + "' (try /lookup, /keys, /health)"}}};
   if (req.method() != http::verb::post)
     return {http::status::method_not_allowed, {{"error", "/lookup takes POST"}}};
   json body = json::parse(req.body(), nullptr, false);

@@ -5,6 +5,8 @@
 //                         "servers":{"binary"|"http":{"open":..,"timeouts":..,...}}}
 //   POST /lookup  {"table":"ads","keys":[1,2,"18446744073709551615"]}
 //                 -> 200 {"table":"ads","dim":D,"versions":[..],"rows":[[..],..]}
+//   GET  /keys?table=ads&limit=10  (limit 1..1000, default 10)
+//                 -> 200 {"table":"ads","keys":["1000",..]}: stored keys, as strings
 // Keys are unsigned 64-bit integers, as JSON numbers or decimal strings
 // (JavaScript loses precision above 2^53). Errors are JSON {"error": "..."}:
 // 400 malformed JSON or fields, 404 unknown path or table, 405 wrong

@@ -95,6 +95,7 @@ serving_http = {
     "chunked": b"POST /lookup HTTP/1.1\r\nHost: strata\r\nTransfer-Encoding: chunked\r\n\r\n"
     b"10\r\n{\"table\":\"ads\",\"\r\n9\r\nkeys\":[1]}\r\n0\r\n\r\n",
     "wrong-method": http("DELETE", "/lookup"),
+    "keys": http("GET", "/keys?table=ads&limit=3&x"),
     # A target that is not UTF-8, quoted in the 404's JSON: dumping it threw,
     # and the exception ended the server process.
     "crash-non-utf8-target": b"GET /looku\xbe HTTP/1.1\r\nHost: strata\r\n\r\n",

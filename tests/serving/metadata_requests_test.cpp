@@ -9,7 +9,10 @@
 #include <set>
 
 #include "client/client.hpp"
+#include <nlohmann/json.hpp>
+
 #include "serving/binary_server.hpp"
+#include "serving/http_api.hpp"
 #include "serving/metadata_requests.hpp"
 #include "serving/service.hpp"
 #include "tests/serving/serving_test_util.hpp"
@@ -164,6 +167,47 @@ TEST(MetadataRequests, KeyListDecoderRefusesMoreKeysThanTheLimit) {
   ASSERT_FALSE(tables.has_value());
   EXPECT_NE(tables.err().message().find("table_list payload: bad or truncated field 'name'"), std::string::npos)
       << tables.err().message();
+}
+
+http_response get(serving_service& service, const std::string& target,
+                  boost::beast::http::verb verb = boost::beast::http::verb::get) {
+  http_request req{verb, target, 11};
+  return handle_http_request(service, req);
+}
+
+TEST(MetadataRequests, HttpListsKeysAsStringsThatLookUpToStoredRows) {
+  node n;
+  auto ok = get(*n.service, "/keys?table=ads&limit=5");
+  ASSERT_EQ(ok.result_int(), 200) << ok.body();
+  auto body = nlohmann::json::parse(ok.body());
+  EXPECT_EQ(body["table"], "ads");
+  ASSERT_EQ(body["keys"].size(), 5u) << ok.body();
+  for (const auto& k : body["keys"]) {
+    ASSERT_TRUE(k.is_string()) << ok.body();  // exact in readers with doubles (jq, JavaScript)
+    EXPECT_TRUE(n.rows.versions.count(std::stoull(k.get<std::string>()))) << k;
+  }
+  auto fallback = get(*n.service, "/keys?table=ads");
+  ASSERT_EQ(fallback.result_int(), 200);
+  EXPECT_EQ(nlohmann::json::parse(fallback.body())["keys"].size(), 10u);  // the default limit
+
+  struct refused {
+    std::string target;
+    int status;
+    std::string text;
+  };
+  for (const auto& r : {refused{"/keys", 400, "query parameter 'table' is required"},
+                        refused{"/keys?table=ads&limit=0", 400, "'limit' must be 1..1000, not '0'"},
+                        refused{"/keys?table=ads&limit=4294967296", 400, "not '4294967296'"},
+                        refused{"/keys?table=ads&limit=1001", 400, "not '1001'"},
+                        refused{"/keys?table=ads&limit=x", 400, "not 'x'"},
+                        refused{"/keys?table=ads&sort=1", 400, "unknown query parameter 'sort'"},
+                        refused{"/keys?table=nope", 404, "unknown table 'nope' (served: ads)"}}) {
+    auto res = get(*n.service, r.target);
+    EXPECT_EQ(res.result_int(), r.status) << r.target << ": " << res.body();
+    EXPECT_NE(res.body().find(r.text), std::string::npos) << r.target << ": " << res.body();
+  }
+  auto post = get(*n.service, "/keys?table=ads", boost::beast::http::verb::post);
+  EXPECT_EQ(post.result_int(), 405) << post.body();
 }
 
 TEST(MetadataRequests, CheckpointKeysAreReadOfflineFromACheckpointOrItsRoot) {
