@@ -19,6 +19,7 @@
 #include "client/client.hpp"
 #include "common/child_process.hpp"
 #include "model/features.hpp"
+#include "tests/sanitize/runtime_preload.hpp"
 #include "tests/tiers/test_util.hpp"
 
 namespace strata {
@@ -62,6 +63,15 @@ ran run(const fs::path& d, const std::string& binary, const std::vector<std::str
   r.out = p.output();
   r.err = p.err();
   return r;
+}
+
+// /usr/bin/python3 with the Python module on its path (and, in a
+// sanitizer build, the sanitizer runtime preloaded: tests/sanitize).
+ran python(const fs::path& d, const std::vector<std::string>& args) {
+  std::string command = testing::sanitizer_preload() + "PYTHONPATH='" STRATA_PYTHON_MODULE_DIR
+                        "' exec /usr/bin/python3";
+  for (const auto& a : args) command += " '" + a + "'";  // paths, addresses, hex, digits
+  return run(d, "/bin/sh", {"-c", command});
 }
 
 std::vector<std::string> lines_of(const std::string& text) {
@@ -206,23 +216,20 @@ TEST(KeyLookup, AKeyComputedFromTrainingDataFindsTheTrainedRow) {
   const fs::path module_dir = STRATA_PYTHON_MODULE_DIR;
   if (!fs::exists(module_dir)) GTEST_SKIP() << "no Python module built (pybind11 missing)";
   const std::string value = rows[0][14];
-  auto py = run(d, "/usr/bin/python3",
-                {fs::path(STRATA_SOURCE_DIR) / "tests/serving/python_keys_test.py", server,
-                 "ctr", "C1", value, std::to_string(*model::feature_key("C1", value))},
-                {"PYTHONPATH=" + module_dir.string()});
+  auto py = python(d, {fs::path(STRATA_SOURCE_DIR) / "tests/serving/python_keys_test.py", server,
+                      "ctr", "C1", value, std::to_string(*model::feature_key("C1", value))});
   EXPECT_EQ(py.exit, 0) << py.out << py.err;
 
   // The example script: --help, then its main path against this server
   // with its defaults but the address (table ctr, keys the server lists).
   const std::string example = (fs::path(STRATA_SOURCE_DIR) / "docs/strata_torch_example.py").string();
-  auto help = run(d, "/usr/bin/python3", {example, "--help"}, {"PYTHONPATH=" + module_dir.string()});
+  auto help = python(d, {example, "--help"});
   if (help.err.find("No module named 'torch'") != std::string::npos)
     GTEST_SKIP() << "python3-torch is not installed (deploy/install-deps.sh --bench)";
   EXPECT_EQ(help.exit, 0) << help.err;
   EXPECT_NE(help.out.find("usage: strata_torch_example.py"), std::string::npos) << help.out;
   EXPECT_NE(help.out.find("default ctr"), std::string::npos) << help.out;
-  auto example_run = run(d, "/usr/bin/python3", {example, server, "--steps", "5"},
-                         {"PYTHONPATH=" + module_dir.string()});
+  auto example_run = python(d, {example, server, "--steps", "5"});
   EXPECT_EQ(example_run.exit, 0) << example_run.out << example_run.err;
   EXPECT_NE(example_run.out.find("loss: first "), std::string::npos) << example_run.out;
 }
