@@ -5,9 +5,11 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <mutex>
 #include <sstream>
 
 #include "actors/checkpoint_internal.hpp"
@@ -453,6 +455,32 @@ expected<verify_report> verify_checkpoint(const fs::path& dir, const table_confi
     report.rows += rows;
   }
   return report;
+}
+
+namespace {
+std::mutex records_mutex;
+checkpoint_record records;
+}  // namespace
+
+checkpoint_record checkpoint_records() {
+  std::lock_guard lock(records_mutex);
+  return records;
+}
+
+void record_checkpoint(double duration_seconds, uint64_t bytes) {
+  const double now =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  std::lock_guard lock(records_mutex);
+  ++records.completed;
+  records.bytes_total += bytes;
+  records.last_unix_seconds = now;
+  records.last_duration_seconds = duration_seconds;
+  records.last_bytes = bytes;
+}
+
+void record_checkpoint_failure() {
+  std::lock_guard lock(records_mutex);
+  ++records.failures;
 }
 
 }  // namespace strata::actors

@@ -135,4 +135,19 @@ expected<checkpoint_meta> restore_checkpoint(const std::filesystem::path& dir,
                                              const std::vector<bool>& hosted = {},
                                              const std::string& node = {});
 
+// What this process's checkpoints did, for the metrics exporter
+// (strata_checkpoint_*, docs/metrics.md). One record per process: a node
+// process runs at most one coordinator, the only writer of checkpoints.
+struct checkpoint_record {
+  uint64_t completed = 0;            // complete checkpoints written
+  uint64_t failures = 0;             // attempts that failed (the run fails with them)
+  uint64_t bytes_total = 0;          // bytes of every complete checkpoint's files
+  double last_unix_seconds = 0;      // when the last one became complete (0: none yet)
+  double last_duration_seconds = 0;  // from its cut to its FILES list
+  uint64_t last_bytes = 0;           // its files' bytes
+};
+checkpoint_record checkpoint_records();
+void record_checkpoint(double duration_seconds, uint64_t bytes);
+void record_checkpoint_failure();
+
 }  // namespace strata::actors

@@ -67,12 +67,34 @@ bool checkpoint_due(const coordinator_state& st) {
 // Phase 2: once every shard's copy is done, writes dense.bin and
 // CHECKPOINT, syncs the directory, writes FILES last (the checkpoint is
 // complete from then on), and prunes old ones.
+// A failed checkpoint fails the run; counted first (strata_checkpoint_failures_total).
+void fail_checkpoint(coordinator_pointer self, caf::error err) {
+  record_checkpoint_failure();
+  fail(self, std::move(err));
+}
+
+// Bytes of the files under a complete checkpoint (strata_checkpoint_*).
+uint64_t checkpoint_bytes(const std::filesystem::path& dir) {
+  uint64_t bytes = 0;
+  std::error_code ec;
+  for (auto it = std::filesystem::recursive_directory_iterator(dir, ec);
+       !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+    std::error_code size_ec;
+    if (it->is_regular_file(size_ec)) {
+      const auto n = it->file_size(size_ec);
+      if (!size_ec) bytes += n;
+    }
+  }
+  return bytes;
+}
+
 void complete_checkpoint(coordinator_pointer self, checkpoint_meta meta, std::filesystem::path dir,
-                         std::vector<uint8_t> dense) {
+                         std::vector<uint8_t> dense,
+                         std::chrono::steady_clock::time_point started) {
   auto& st = self->state;
   auto rows = std::make_shared<std::vector<uint64_t>>(st.peers.shards.size(), 0);
   auto missing = std::make_shared<size_t>(st.peers.shards.size());
-  auto done = [self, meta, dir, dense, rows]() mutable {
+  auto done = [self, meta, dir, dense, rows, started]() mutable {
     auto& s = self->state;
     meta.shard_rows = *rows;
     meta.dense_bytes = dense.size();
@@ -85,9 +107,12 @@ void complete_checkpoint(coordinator_pointer self, checkpoint_meta meta, std::fi
     }
     if (ok) ok = prune_checkpoints(s.plan.settings.directory, s.plan.settings.keep);
     if (!ok) {
-      fail(self, io_failure(ok.err()));
+      fail_checkpoint(self, io_failure(ok.err()));
       return;
     }
+    record_checkpoint(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(),
+        checkpoint_bytes(dir));
     ++s.summary.checkpoints;
     s.summary.last_checkpoint = dir.string();
     for (auto& p : s.on_demand_writing) p.deliver(dir.string());
@@ -111,7 +136,7 @@ void complete_checkpoint(coordinator_pointer self, checkpoint_meta meta, std::fi
               (*rows)[i] = n;
               if (--*missing == 0) done();
             },
-            [self](caf::error& err) { fail(self, std::move(err)); });
+            [self](caf::error& err) { fail_checkpoint(self, std::move(err)); });
 }
 
 // Takes a checkpoint at this cut (every worker's pushes acknowledged, pass
@@ -136,8 +161,9 @@ void take_checkpoint(coordinator_pointer self, std::function<void()> resume) {
   std::filesystem::remove_all(dir, ec);  // an interrupted attempt of this name
   std::filesystem::create_directories(dir, ec);
   if (ec) {
-    fail(self, caf::make_error(caf::sec::runtime_error, "cannot create checkpoint directory " +
-                                                            dir.string() + ": " + ec.message()));
+    fail_checkpoint(
+        self, caf::make_error(caf::sec::runtime_error, "cannot create checkpoint directory " +
+                                                           dir.string() + ": " + ec.message()));
     return;
   }
   checkpoint_meta meta;
@@ -160,15 +186,16 @@ void take_checkpoint(coordinator_pointer self, std::function<void()> resume) {
   st.last_cut = st.positions;
 
   auto missing = std::make_shared<size_t>(st.peers.shards.size());
-  auto cut_done = [self, meta, dir, resume] {
+  const auto started = std::chrono::steady_clock::now();
+  auto cut_done = [self, meta, dir, resume, started] {
     self->request(self->state.peers.dense, caf::infinite, checkpoint_atom::value)
         .then(
-            [self, meta, dir, resume](std::vector<uint8_t>& dense) {
+            [self, meta, dir, resume, started](std::vector<uint8_t>& dense) {
               if (self->state.failed) return;
-              complete_checkpoint(self, meta, dir, std::move(dense));
+              complete_checkpoint(self, meta, dir, std::move(dense), started);
               resume();
             },
-            [self](caf::error& err) { fail(self, std::move(err)); });
+            [self](caf::error& err) { fail_checkpoint(self, std::move(err)); });
   };
   if (*missing == 0) {
     cut_done();
@@ -183,7 +210,7 @@ void take_checkpoint(coordinator_pointer self, std::function<void()> resume) {
               if (self->state.failed) return;
               if (--*missing == 0) cut_done();
             },
-            [self](caf::error& err) { fail(self, std::move(err)); });
+            [self](caf::error& err) { fail_checkpoint(self, std::move(err)); });
 }
 
 // The end of training (data exhausted or a stop): a final checkpoint if

@@ -434,6 +434,7 @@ int run_node(const std::string& path, const std::string& node, const std::string
     mc.port = m.metrics.port;
     mc.node = m.metrics.node;
     mc.table = c.table.name;
+    mc.trains = coordinator_here;  // a member node knows no training progress
     auto started = monitoring::exporter::start(
         mc, {STRATA_VERSION, STRATA_GIT_REVISION, STRATA_CUDA_ENABLED != 0});
     if (!started) return fail(started.err());

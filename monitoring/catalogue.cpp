@@ -214,20 +214,39 @@ std::vector<MetricFamily> to_families(const node_snapshot& s) {
                         {"cuda", s.build.cuda ? "on" : "off"}}),
             1);
 
-  const auto& t = s.training;
-  out.counter("strata_training_examples_total", "Training examples processed.", node,
-              d(t.examples));
-  out.counter("strata_training_batches_total", "Training mini-batches processed.", node,
-              d(t.batches));
-  out.gauge("strata_training_loss", "Mean logloss of the most recent training batches.", node,
-            t.loss);
-  out.gauge("strata_training_examples_per_second", "Training throughput since training started.",
-            node, t.examples_per_s);
-  out.gauge("strata_training_active", "1 while training runs, 0 before and after.", node,
-            t.active ? 1 : 0);
-  if (t.heldout_auc)
-    out.gauge("strata_training_heldout_auc", "AUC of the last held-out evaluation.", node,
-              *t.heldout_auc);
+  if (s.trains) {
+    const auto& t = s.training;
+    out.counter("strata_training_examples_total", "Training examples processed.", node,
+                d(t.examples));
+    out.counter("strata_training_batches_total", "Training mini-batches processed.", node,
+                d(t.batches));
+    out.gauge("strata_training_loss", "Mean logloss of the most recent training batches.", node,
+              t.loss);
+    out.gauge("strata_training_examples_per_second", "Training throughput since training started.",
+              node, t.examples_per_s);
+    out.gauge("strata_training_active", "1 while training runs, 0 before and after.", node,
+              t.active ? 1 : 0);
+    if (t.heldout_auc)
+      out.gauge("strata_training_heldout_auc", "AUC of the last held-out evaluation.", node,
+                *t.heldout_auc);
+    const auto& ck = s.checkpoints;
+    out.counter("strata_checkpoint_completed_total", "Complete checkpoints written by this node.",
+                node, d(ck.completed));
+    out.counter("strata_checkpoint_failures_total",
+                "Checkpoint attempts that failed (a failed checkpoint fails the run).", node,
+                d(ck.failures));
+    out.counter("strata_checkpoint_written_bytes_total",
+                "Bytes of the files of every complete checkpoint.", node, d(ck.bytes_total));
+    if (ck.last_unix_seconds > 0) {
+      out.gauge("strata_checkpoint_last_success_timestamp_seconds",
+                "Unix time the last checkpoint became complete.", node, ck.last_unix_seconds);
+      out.gauge("strata_checkpoint_last_duration_seconds",
+                "Seconds from the last checkpoint's cut to its file list (complete).", node,
+                ck.last_duration_seconds);
+      out.gauge("strata_checkpoint_last_bytes", "Bytes of the last checkpoint's files.", node,
+                d(ck.last_bytes));
+    }
+  }
 
   if (s.transport) {
     const auto& tr = *s.transport;

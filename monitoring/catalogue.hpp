@@ -41,6 +41,16 @@ struct training_values {
   bool active = false;                // training is running
 };
 
+// This node's checkpoints (the node that runs the coordinator writes them).
+struct checkpoint_values {
+  uint64_t completed = 0;
+  uint64_t failures = 0;
+  uint64_t bytes_total = 0;
+  double last_unix_seconds = 0;  // 0: none complete yet (the last_* gauges are left out)
+  double last_duration_seconds = 0;
+  uint64_t last_bytes = 0;
+};
+
 // Everything one scrape exports.
 struct node_snapshot {
   std::string node;                         // label `node`
@@ -48,6 +58,10 @@ struct node_snapshot {
   std::vector<actors::tier_stats> tiers;    // shards and caches (kind "shard" / "cache")
   std::vector<actors::actor_stats> actors;  // workers, dense, coordinator (while training)
   training_values training;
+  // False on a node of several that does not run the coordinator: it
+  // knows no training progress, and exports none (nor checkpoints).
+  bool trains = true;
+  checkpoint_values checkpoints;
   build_info build;
   uint64_t stats_failures = 0;  // stats requests that timed out or failed
   // The node's UCX transport (multi-node runs), once watched.

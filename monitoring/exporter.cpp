@@ -1,16 +1,38 @@
 #include "monitoring/exporter.hpp"
 
+#include <dlfcn.h>
+#include <pthread.h>
+
 #include <prometheus/collectable.h>
 #include <prometheus/exposer.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <caf/all.hpp>
 #include <exception>
 #include <mutex>
 #include <optional>
 #include <utility>
 
+#include "actors/checkpoint.hpp"
 #include "actors/foreign_thread.hpp"
+
+// civetweb (prometheus-cpp's HTTP server) starts its threads with a stack
+// size compiled into the library (100 KiB in Debian's build), and glibc
+// carves every thread's static TLS out of its stack: since OpenBLAS (60 KiB
+// of static TLS) is linked in, the server's own frames overflowed what was
+// left, and the first scrape killed the node (SIGSEGV in civetweb). Threads
+// that ask for a stack under 1 MiB get 256 KiB more. The strata binary
+// exports this symbol (deploy/CMakeLists.txt) so that the library's call
+// reaches it.
+extern "C" int pthread_attr_setstacksize(pthread_attr_t* attr, size_t size) noexcept {
+  using real_fn = int (*)(pthread_attr_t*, size_t);
+  static const auto real =
+      reinterpret_cast<real_fn>(::dlsym(RTLD_NEXT, "pthread_attr_setstacksize"));
+  if (real == nullptr) return EINVAL;
+  if (size < (size_t{1} << 20)) size += size_t{256} << 10;
+  return real(attr, size);
+}
 
 namespace strata::monitoring {
 
@@ -22,6 +44,7 @@ class exporter::collector : public prometheus::Collectable {
       : timeout_(config.stats_timeout) {
     snapshot_.node = config.node;
     snapshot_.table = config.table;
+    snapshot_.trains = config.trains;
     snapshot_.build = build;
   }
 
@@ -29,6 +52,12 @@ class exporter::collector : public prometheus::Collectable {
     std::lock_guard<std::mutex> lock(mutex_);
     if (system_ != nullptr) refresh();
     if (transport_) snapshot_.transport = transport_();
+    if (snapshot_.trains) {
+      const auto r = actors::checkpoint_records();
+      snapshot_.checkpoints = {
+          r.completed, r.failures, r.bytes_total, r.last_unix_seconds, r.last_duration_seconds,
+          r.last_bytes};
+    }
     return to_families(snapshot_);
   }
 

@@ -40,6 +40,9 @@ struct exporter_config {
   uint16_t port = 9464;                    // 0: any free port (see exporter::port())
   std::string node = "local";              // label `node` on every series
   std::string table;                       // label `table` on tier series
+  // False on a node of several that does not run the coordinator: no
+  // training or checkpoint series (it knows neither).
+  bool trains = true;
   // How long a scrape waits for each actor's stats before serving its last
   // answer.
   std::chrono::milliseconds stats_timeout{1000};

@@ -85,19 +85,28 @@ struct tier_line {
   uint64_t hits, misses, evictions, flushed;
 };
 
-// The report's "examples: N in" and "  shard 0: hits H, misses M, ..." lines.
+// The report's "examples: N in" and tier lines: "  shard 0: DRAM hits H,
+// write-behind hits W, LMDB hits L, misses to the initializer I, ..." (the
+// DRAM tier's misses are W + L + I) and "  cache 0: cache hits H, misses to
+// the shards M, ...".
 uint64_t report_examples(const std::string& out) {
   std::smatch m;
   static const std::regex examples(R"(\nexamples: ([0-9]+) in )");
   return std::regex_search(out, m, examples) ? std::stoull(m[1]) : 0;
 }
 std::vector<tier_line> report_tiers(const std::string& out) {
-  static const std::regex line(
-      R"(\n  (shard|cache) ([0-9]+): hits ([0-9]+), misses ([0-9]+), evictions ([0-9]+), flushed rows ([0-9]+))");
+  static const std::regex shard(
+      R"(\n  shard ([0-9]+): DRAM hits ([0-9]+), write-behind hits ([0-9]+), LMDB hits ([0-9]+), misses to the initializer ([0-9]+), evictions ([0-9]+), flushed rows ([0-9]+))");
+  static const std::regex cache(
+      R"(\n  cache ([0-9]+): cache hits ([0-9]+), misses to the shards ([0-9]+), evictions ([0-9]+), flushed rows ([0-9]+))");
   std::vector<tier_line> tiers;
-  for (std::sregex_iterator it(out.begin(), out.end(), line), end; it != end; ++it)
-    tiers.push_back({(*it)[1], (*it)[2], std::stoull((*it)[3]), std::stoull((*it)[4]),
-                     std::stoull((*it)[5]), std::stoull((*it)[6])});
+  for (std::sregex_iterator it(out.begin(), out.end(), shard), end; it != end; ++it)
+    tiers.push_back({"shard", (*it)[1], std::stoull((*it)[2]),
+                     std::stoull((*it)[3]) + std::stoull((*it)[4]) + std::stoull((*it)[5]),
+                     std::stoull((*it)[6]), std::stoull((*it)[7])});
+  for (std::sregex_iterator it(out.begin(), out.end(), cache), end; it != end; ++it)
+    tiers.push_back({"cache", (*it)[1], std::stoull((*it)[2]), std::stoull((*it)[3]),
+                     std::stoull((*it)[4]), std::stoull((*it)[5])});
   return tiers;
 }
 
