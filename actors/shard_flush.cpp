@@ -82,10 +82,11 @@ void erase_foreign(shard_pointer self) {
       .then([answer](uint64_t) { answer({}); }, [answer](caf::error& err) { answer(err); });
 }
 
-void send_flush(shard_pointer self, uint64_t seq) {
+void send_flush(shard_pointer self, uint64_t seq, row_batch batch) {
   auto& st = self->state;
   st.metrics.flush_started[seq] = st.config.clock->now_seconds();
-  self->request(st.flusher, caf::infinite, flush_atom::value, seq, st.in_flight.at(seq))
+  st.in_flight.emplace(seq, batch.keys.size());
+  self->request(st.flusher, caf::infinite, flush_atom::value, seq, std::move(batch))
       .then(
           [self](uint64_t done, double write_seconds) {
             auto& s = self->state;
@@ -95,7 +96,7 @@ void send_flush(shard_pointer self, uint64_t seq) {
             m.flush_started.erase(done);
             m.lmdb_write.observe(write_seconds);
             ++m.flush_batches;
-            m.flush_bytes += s.in_flight[done].keys.size() * s.config.table.layout.encoded_bytes();
+            m.flush_bytes += s.in_flight[done] * s.config.table.layout.encoded_bytes();
             s.in_flight.erase(done);
             s.chain->flushed(done);
             maybe_flush(self);
@@ -144,11 +145,21 @@ void maybe_flush(shard_pointer self) {
   const bool flush_all = st.draining || st.erase_pending;
   while (st.in_flight.size() < st.config.max_flushes_in_flight && wb.queued_rows() > 0 &&
          (flush_all || wb.queued_rows() >= st.config.flush_batch_rows)) {
-    row_buffer rows;
+    // The rows are copied once, from the write-behind into the message.
+    const size_t rb = st.config.table.layout.record_bytes();
+    row_batch batch;
+    batch.keys.reserve(wb.queued_rows());
+    batch.records.reserve(wb.queued_rows() * rb);
     uint64_t seq = 0;
-    if (!st.chain->take_flush(rows, seq)) break;
-    st.in_flight.emplace(seq, to_batch(rows));
-    send_flush(self, seq);
+    const bool taken = st.chain->take_flush_into(
+        [&batch, rb](uint64_t key, const std::byte* rec) {
+          batch.keys.push_back(key);
+          const auto* bytes = reinterpret_cast<const uint8_t*>(rec);
+          batch.records.insert(batch.records.end(), bytes, bytes + rb);
+        },
+        seq);
+    if (!taken) break;
+    send_flush(self, seq, std::move(batch));
   }
   if (st.draining && st.in_flight.empty() && wb.queued_rows() == 0 && st.cut) take_cut(self);
   if (st.erase_pending && st.in_flight.empty() && wb.queued_rows() == 0) erase_foreign(self);

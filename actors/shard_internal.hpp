@@ -89,7 +89,9 @@ struct shard_state {
   std::unique_ptr<lmdb_read_timer> read_timer;
   std::unique_ptr<tier_chain> chain;
   ssd_flush_actor flusher;
-  std::map<uint64_t, row_batch> in_flight;  // seq -> batch (kept for a retry)
+  // seq -> rows of a flush batch sent to ssd_flush (which retries it
+  // itself; the write-behind keeps the rows readable until it confirms).
+  std::map<uint64_t, size_t> in_flight;
   std::vector<caf::typed_response_promise<ok_atom>> drain_waiters;
   bool draining = false;
   // Set when the shard fail-stopped (a flush failed every attempt): every
@@ -125,7 +127,7 @@ struct key_split {
 caf::error write_cut_state(shard_state& st, const std::string& dir);
 void take_cut(shard_pointer self);
 void erase_foreign(shard_pointer self);
-void send_flush(shard_pointer self, uint64_t seq);
+void send_flush(shard_pointer self, uint64_t seq, row_batch batch);
 // Fail-stop (docs/architecture.md, Durability): a write the flusher could
 // not make after its retries leaves a hole the shard must not serve past.
 // The error, naming the shard, its LMDB path and the cause, goes to every

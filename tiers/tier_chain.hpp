@@ -94,6 +94,12 @@ class tier_chain {
 
   // Flush pipeline to the durable tier.
   bool take_flush(row_buffer& rows, uint64_t& seq);
+  // The same, each row handed to append(key, record) (written once, into
+  // the caller's flush batch).
+  template <class Append>
+  bool take_flush_into(Append&& append, uint64_t& seq) {
+    return write_behind_->take_batch_into(std::forward<Append>(append), seq);
+  }
   void flushed(uint64_t seq);
   // Writes every dirty row down synchronously and syncs the durable tier.
   status drain();

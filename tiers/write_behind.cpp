@@ -57,21 +57,8 @@ status write_behind_buffer::erase(std::span<const uint64_t> keys) {
 
 bool write_behind_buffer::take_batch(row_buffer& out, uint64_t& seq) {
   out = row_buffer(layout_);
-  std::vector<flushed_row> batch;
-  const size_t bytes = layout_.record_bytes();
-  for (uint64_t key : open_) {
-    const size_t* slot = rows_.find(key);
-    if (slot == nullptr || !queued_[*slot]) continue;  // erased meanwhile
-    queued_[*slot] = 0;
-    const std::byte* rec = records_.data() + *slot * bytes;
-    out.append(key, rec);
-    batch.push_back({key, meta_of(rec).version});
-  }
-  open_.clear();
-  if (batch.empty()) return false;
-  seq = next_seq_++;
-  in_flight_.emplace_back(seq, std::move(batch));
-  return true;
+  return take_batch_into([&out](uint64_t key, const std::byte* rec) { out.append(key, rec); },
+                         seq);
 }
 
 size_t write_behind_buffer::release(uint64_t seq) {

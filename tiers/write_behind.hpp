@@ -46,6 +46,10 @@ class write_behind_buffer final : public row_store {
   // Closes the open batch: returns false if it is empty; else fills `out`
   // with its rows and `seq` with its sequence number (strictly increasing).
   bool take_batch(row_buffer& out, uint64_t& seq);
+  // The same, handing each row to append(key, record) instead: the caller
+  // writes it once, straight into the buffer the flush sends.
+  template <class Append>
+  bool take_batch_into(Append&& append, uint64_t& seq);
   // The lower tier confirmed batch `seq`; returns how many rows it held
   // (0 for an unknown or already released seq).
   size_t release(uint64_t seq);
@@ -69,5 +73,25 @@ class write_behind_buffer final : public row_store {
   uint64_t next_seq_ = 1;
   void remove(uint64_t key);
 };
+
+template <class Append>
+bool write_behind_buffer::take_batch_into(Append&& append, uint64_t& seq) {
+  std::vector<flushed_row> batch;
+  batch.reserve(open_.size());
+  const size_t bytes = layout_.record_bytes();
+  for (uint64_t key : open_) {
+    const size_t* slot = rows_.find(key);
+    if (slot == nullptr || !queued_[*slot]) continue;  // erased meanwhile
+    queued_[*slot] = 0;
+    const std::byte* rec = records_.data() + *slot * bytes;
+    append(key, rec);
+    batch.push_back({key, meta_of(rec).version});
+  }
+  open_.clear();
+  if (batch.empty()) return false;
+  seq = next_seq_++;
+  in_flight_.emplace_back(seq, std::move(batch));
+  return true;
+}
 
 }  // namespace strata
