@@ -88,6 +88,19 @@ TEST(Gateway, PushesAreAppliedExactlyAndSurviveAGracefulStop) {
   ASSERT_EQ(fresh->dim, dim);
   for (float w : fresh->weights) EXPECT_EQ(w, 0.0f);
 
+  // The gateway names its table and dim (issue 22); it lists no keys (they
+  // live on the shards) and says where to list them.
+  auto tables = c.tables();
+  ASSERT_TRUE(tables) << tables.err().to_string();
+  ASSERT_EQ(tables->size(), 1u);
+  EXPECT_EQ((*tables)[0].name, "emb");
+  EXPECT_EQ((*tables)[0].dim, dim);
+  auto listed = c.list_keys("emb", 5);
+  ASSERT_FALSE(listed);
+  EXPECT_NE(listed.err().message().find("strata keys --checkpoint DIR --table emb"),
+            std::string::npos)
+      << listed.err().message();
+
   // Duplicates are summed: key 1 gets 1.0 + 0.5 per element.
   const std::vector<uint64_t> pushed = {1, 2, 1};
   std::vector<float> grads;
