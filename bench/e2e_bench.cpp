@@ -153,7 +153,8 @@ table:
   initializer: {kind: normal, stddev: 0.01}
 model:
 )";
-  m += wide ? "  embedding_dim: 16\n  hidden: [256, 128]\n" : "  embedding_dim: 8\n  hidden: [64, 32]\n";
+  m += wide ? "  embedding_dim: 16\n  hidden: [256, 128]\n"
+            : "  embedding_dim: 8\n  hidden: [64, 32]\n";
   m += "  seed: 1\nshards:\n  count: 2\n";
   m += wide ? "  dram_bytes: 8MiB\n" : "  dram_bytes: 2MiB\n";
   m += R"(  eviction: lru
@@ -202,7 +203,8 @@ void run_e2e_bench(const e2e_bench_options& o, bench_report& report) {
 
   std::map<std::string, torch_result> torch_results;
   for (const auto& c : o.configs) {
-    const std::string label = (c.name.empty() ? "demo" : c.name) + (c.suffix.empty() ? "" : " pass");
+    const std::string label =
+        (c.name.empty() ? "demo" : c.name) + (c.suffix.empty() ? "" : " pass");
     auto row = [&](const std::string& figure) {
       return "e2e_" + (c.name.empty() ? "" : c.name + "_") + figure + c.suffix;
     };
@@ -235,10 +237,10 @@ void run_e2e_bench(const e2e_bench_options& o, bench_report& report) {
     const torch_result& torch = torch_results[key];
     const auto rt = rates(t);
     const auto rd = rates(d);
-    report.add(
-        {row("examples_per_s"), t.examples_per_s, "examples/s", "pytorch_cpu", torch.examples_per_s});
-    report.add(
-        {row("examples_per_s"), t.examples_per_s, "examples/s", "strata_all_dram", d.examples_per_s});
+    report.add({row("examples_per_s"), t.examples_per_s, "examples/s", "pytorch_cpu",
+                torch.examples_per_s});
+    report.add({row("examples_per_s"), t.examples_per_s, "examples/s", "strata_all_dram",
+                d.examples_per_s});
     report.add({row("heldout_auc"), t.heldout_auc, "auc", "pytorch_cpu", torch.auc});
     report.add({row("heldout_auc"), t.heldout_auc, "auc", "planted_model", planted->auc});
     report.add({row("cache_hit_rate"), rt.cache, "fraction", "strata_all_dram", rd.cache});
@@ -256,12 +258,12 @@ void run_e2e_bench(const e2e_bench_options& o, bench_report& report) {
       use_data(short_run, data, half, tiered_dir);
       short_run.heldout.skip = o.train_rows;  // the same held-out window
       const uint64_t before = alloc_count::total();
-      const auto h = train("strata " + label + " (tiers, half the rows, for allocations)", short_run);
+      const auto h =
+          train("strata " + label + " (tiers, half the rows, for allocations)", short_run);
       const uint64_t allocs_half = alloc_count::total() - before;
-      const double per_batch =
-          t.batches > h.batches ? (double(allocs_full) - double(allocs_half)) /
-                                      double(t.batches - h.batches)
-                                : 0.0;
+      const double per_batch = t.batches > h.batches ? (double(allocs_full) - double(allocs_half)) /
+                                                           double(t.batches - h.batches)
+                                                     : 0.0;
       report.add({row("allocs_per_batch"), per_batch, "allocations", "none", 0});
     }
   }

@@ -74,8 +74,8 @@ class ctr_model {
 
   // rows: one row_dim() float vector per key occurrence (batch.keys()
   // order), dense: dense_size() floats. Fills `out`, reusing its vectors.
-  void forward_backward(const batch& b, std::span<const float> rows,
-                        std::span<const float> dense, batch_result& out);
+  void forward_backward(const batch& b, std::span<const float> rows, std::span<const float> dense,
+                        batch_result& out);
   batch_result forward_backward(const batch& b, std::span<const float> rows,
                                 std::span<const float> dense);
   // Predictions only (its own scratch: evaluation, not the training path).

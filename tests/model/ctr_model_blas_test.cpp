@@ -43,8 +43,7 @@ struct problem {
   std::vector<float> rows, dense;
 };
 
-problem make_problem(uint32_t dim, std::vector<uint32_t> hidden, size_t batch_size,
-                     uint64_t seed) {
+problem make_problem(uint32_t dim, std::vector<uint32_t> hidden, size_t batch_size, uint64_t seed) {
   problem p;
   p.config.slots = 39;
   p.config.embedding_dim = dim;
@@ -55,7 +54,8 @@ problem make_problem(uint32_t dim, std::vector<uint32_t> hidden, size_t batch_si
     example ex;
     ex.label = static_cast<float>(rng.next() % 2);
     for (uint32_t s = 0; s < p.config.slots; ++s) {
-      const int n = rng.between(0, 9) == 0 ? 0 : (rng.between(0, 7) == 0 ? 2 : 1);  // missing, repeated
+      const int n =
+          rng.between(0, 9) == 0 ? 0 : (rng.between(0, 7) == 0 ? 2 : 1);  // missing, repeated
       for (int k = 0; k < n; ++k) ex.features.push_back({s, rng.next(), values[rng.next() % 5]});
     }
     p.b.examples.push_back(std::move(ex));
@@ -136,9 +136,8 @@ TEST(CtrModelBlas, ReusedScratchGivesTheSameResultsWhenBatchesShrinkAndGrow) {
   batch_result out;
   model.forward_backward(big.b, big.rows, big.dense, out);
   model.forward_backward(small.b, small.rows, small.dense, out);  // a reused, larger result
-  const batch_result want =
-      reference_forward_backward(small.config, model.dense_layout(), small.b, small.rows,
-                                 small.dense);
+  const batch_result want = reference_forward_backward(small.config, model.dense_layout(), small.b,
+                                                       small.rows, small.dense);
   ASSERT_EQ(out.predictions.size(), small.b.examples.size());
   ASSERT_EQ(out.row_grads.size(), small.rows.size());
   expect_close(out.dense_grads, want.dense_grads, 0, want.dense_grads.size(), "dense gradients");
