@@ -181,6 +181,7 @@ response admin_api::status(const request& req) {
   training["planned_examples"] =
       config_.planned_examples ? json(config_.planned_examples) : json(nullptr);
   training["epochs"] = config_.epochs ? json(config_.epochs) : json(nullptr);
+  training["restored_examples"] = config_.restored_examples;
   training.update(checkpoint_details(st->last_checkpoint));
   json body{
       {"cluster", config_.cluster},

@@ -60,6 +60,9 @@ struct admin_config {
   std::function<double()> examples_per_second;
   uint64_t planned_examples = 0;
   uint32_t epochs = 0;
+  // Examples trained before a resume (part of planned_examples; the
+  // coordinator counts this run's).
+  uint64_t restored_examples = 0;
   // How long a request may wait for the actors (a scale waits for its commit).
   uint32_t request_timeout_seconds = 600;
   // Connections (serving/connection_limits.hpp): at most 64 open (more are

@@ -477,6 +477,7 @@ int run_node(const std::string& path, const std::string& node, const std::string
     ac.examples_per_second = [&rate] { return rate.load(); };
     ac.planned_examples = total;
     ac.epochs = c.workers.empty() ? 0 : c.workers.front().epochs;
+    ac.restored_examples = c.restored_examples;
     auto started = deploy::admin_server::start(ac, system, cluster.coordinator);
     if (!started) {
       admin_failure = started.err();

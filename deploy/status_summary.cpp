@@ -111,12 +111,16 @@ expected<std::string> status_summary(const std::string& status_json) {
 
   const json& t = doc.value("training", json::object());
   if (t.is_object() && !t.empty()) {
-    const uint64_t examples = num(t, "examples").value_or(0);
+    // Examples of the whole plan: those before a resume and this run's.
+    const uint64_t restored = num(t, "restored_examples").value_or(0);
+    const uint64_t examples = num(t, "examples").value_or(0) + restored;
     std::string line = "training: " + u(examples);
     const auto planned = num(t, "planned_examples");
     if (planned && *planned > 0) {
       line += " of " + u(*planned) + " examples (" +
-              u(std::min<uint64_t>(100, examples * 100 / *planned)) + "%)";
+              u(std::min<uint64_t>(100, examples * 100 / *planned)) + "%";
+      if (restored > 0) line += "; " + u(restored) + " before the resume";
+      line += ")";
       if (auto epochs = num(t, "epochs"); epochs && *epochs > 0) {
         // Workers move through their windows together, so roughly.
         const uint64_t epoch = std::min<uint64_t>(

@@ -58,6 +58,15 @@ TEST(StatusSummary, ADocumentWithoutTheNewFieldsStillSummarizes) {
   EXPECT_FALSE(status_summary("not json"));
 }
 
+TEST(StatusSummary, AResumedRunCountsTheExamplesBeforeItsResume) {
+  auto s = status_summary(R"({"cluster": "c", "state": "training", "training": {"examples": 1000,
+      "restored_examples": 4000, "planned_examples": 10000, "epochs": 2, "workers": 1}})");
+  ASSERT_TRUE(s);
+  EXPECT_NE(s->find("training: 5000 of 10000 examples (50%; 4000 before the resume), epoch 2 of 2"),
+            std::string::npos)
+      << *s;
+}
+
 TEST(StatusSummary, AnErrorReplyIsItsMessage) {
   EXPECT_EQ(admin_error_text("{\n  \"error\": \"placement: unknown node \\\"n9\\\"\"\n}\n"),
             "placement: unknown node \"n9\"\n");
