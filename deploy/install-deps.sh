@@ -14,7 +14,7 @@ packages=(cmake g++ make pkg-config git libcaf-dev libucx-dev ucx-utils liblmdb-
   libgtest-dev libgmock-dev libbenchmark-dev libxxhash-dev libcli11-dev iproute2 curl
   libssl-dev
   # OpenBLAS: the CTR model's MLP GEMMs (model/mlp_blas.hpp, docs/performance.md).
-  libopenblas-dev
+  libopenblas-serial-dev
   clang libclang-rt-14-dev
   pybind11-dev python3-dev python3-numpy
   # Test-only: the manifest schema drift check (tests/deploy/schema_check.py)

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -171,6 +172,21 @@ TEST(CtrModelBlas, SingleThreadedWhateverTheEnvironmentSays) {
   ASSERT_TRUE(line) << "the child printed no thread count: " << c.output();
   EXPECT_EQ(*line, "blas threads: 1");
   EXPECT_EQ(c.wait_exit(std::chrono::seconds(60)), 0) << c.output();
+}
+
+// The serial OpenBLAS, not the pthread build the libopenblas.so.0 alternative
+// points at: that one starts a thread pool when it loads (a signal can land on
+// it) and takes 60 KiB of static TLS from every thread's stack. The process of
+// this test has started no thread of its own, so it must have exactly one.
+TEST(CtrModelBlas, TheLoadedLibraryIsTheSerialBuild) {
+  const std::string config = blas::name();
+  EXPECT_NE(config.find("SINGLE_THREADED"), std::string::npos) << "loaded: " << config;
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  int threads = 0;
+  while (std::getline(status, line))
+    if (line.rfind("Threads:", 0) == 0) threads = std::stoi(line.substr(8));
+  EXPECT_EQ(threads, 1) << "threads in a process that started none (OpenBLAS's pool?)";
 }
 
 }  // namespace
