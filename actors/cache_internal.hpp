@@ -80,6 +80,9 @@ struct cache_state {
   std::vector<uint64_t> ev_keys;
   std::vector<std::byte> ev_rows;
   flat_map<uint64_t> push_versions;
+  // Keys grouped by owning shard (group_keys), one set per caller so that
+  // none overwrites another's while it is read.
+  std::vector<std::vector<uint32_t>> fill_groups, push_groups, write_back_groups;
   tier_stats stats;    // counters; gauges and latencies are added on request
   latency_histogram lookup_latency, pull_latency, push_latency;
   double now() const { return config.clock->now_seconds(); }
@@ -93,6 +96,17 @@ using push_failed = std::function<void(caf::error&)>;
 // Runs one backend call and waits for its completion: at once for the CPU
 // backend; for the CUDA one (gpu/staged_cache.hpp) the actor's thread
 // blocks for the call's tens of microseconds on the device.
+// Positions of `keys` by owning shard, like partition_map::group, into
+// `out` (its vectors keep their capacity from call to call).
+inline const std::vector<std::vector<uint32_t>>& group_keys(const partition_map& map,
+                                                            const std::vector<uint64_t>& keys,
+                                                            std::vector<std::vector<uint32_t>>& out) {
+  out.resize(map.shards());
+  for (auto& g : out) g.clear();
+  for (uint32_t i = 0; i < keys.size(); ++i) out[map.shard_of(keys[i])].push_back(i);
+  return out;
+}
+
 // A fill ready for use: a free one from st.fills (its capacity kept), else
 // a new one.
 std::shared_ptr<pending_fill> acquire_fill(cache_state& st);

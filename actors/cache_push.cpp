@@ -155,7 +155,7 @@ void apply_in_cache(cache_pointer self, const push_request& req, push_done done,
 void push_to_shards(cache_pointer self, const push_request& req, push_done done, push_failed fail) {
   auto& st = self->state;
   const uint32_t dim = st.config.table.layout.dim;
-  auto groups = st.map.group(req.keys);
+  const auto& groups = group_keys(st.map, req.keys, st.push_groups);
   struct pending_push {
     std::vector<uint64_t> keys;
     push_ack ack;
@@ -173,6 +173,8 @@ void push_to_shards(cache_pointer self, const push_request& req, push_done done,
     if (groups[s].empty()) continue;
     push_request part;
     part.epoch = req.epoch;
+    part.keys.reserve(groups[s].size());
+    part.grads.reserve(groups[s].size() * dim);
     for (uint32_t i : groups[s]) {
       part.keys.push_back(req.keys[i]);
       part.grads.insert(part.grads.end(), req.grads.begin() + size_t{i} * dim,

@@ -62,10 +62,11 @@ void write_back(cache_pointer self, const std::vector<uint64_t>& keys,
                 const std::vector<std::byte>& records) {
   auto& st = self->state;
   if (keys.empty()) return;
-  auto groups = st.map.group(keys);
+  const auto& groups = group_keys(st.map, keys, st.write_back_groups);
   for (uint32_t s = 0; s < groups.size(); ++s) {
     if (groups[s].empty()) continue;
     row_batch batch;
+    batch.keys.reserve(groups[s].size());
     batch.records.resize(groups[s].size() * st.record_bytes);
     for (size_t j = 0; j < groups[s].size(); ++j) {
       const uint32_t i = groups[s][j];
@@ -243,10 +244,11 @@ void fill_rows(cache_pointer self, std::shared_ptr<pending_fill> fill, bool coun
     return;
   }
   std::sort(wanted.begin(), wanted.end());
-  auto groups = st.map.group(wanted);
+  const auto& groups = group_keys(st.map, wanted, st.fill_groups);
   for (uint32_t s = 0; s < groups.size(); ++s) {
     if (groups[s].empty()) continue;
     std::vector<uint64_t> part;
+    part.reserve(groups[s].size());
     for (uint32_t i : groups[s]) part.push_back(wanted[i]);
     ++fill->outstanding;
     const double sent = st.now();

@@ -179,9 +179,9 @@ TEST(HotPathAllocations, AsyncWorkerCacheShardPerBatch) {
   std::cout << "allocations per batch (async, worker + cache + shards + CAF): " << per_batch
             << "\n";
   // 31,620 before the flat maps and reused buffers (~10 per key position);
-  // 280 after (the messages of a batch with their vectors, the shards'
-  // replies and the flush batches).
-  EXPECT_LE(per_batch, 300.0);
+  // 118 after (the messages of a batch with their vectors and response
+  // handlers, the shards' replies, the flush batches).
+  EXPECT_LE(per_batch, 130.0);
 }
 
 }  // namespace
