@@ -275,6 +275,18 @@ TEST(PrometheusServer, ScrapesEveryNodeOfAMultiNodeCluster) {
     ASSERT_TRUE(received);
     EXPECT_GT(received->value, 0);
   }
+  // Training and checkpoint series only from the coordinator's node (pn0):
+  // pn1 exported strata_training_examples_total 0 beside
+  // strata_training_active 1.
+  for (const char* metric : {"strata_training_examples_total", "strata_training_active",
+                             "strata_checkpoint_completed_total"}) {
+    const auto coordinator =
+        series_count(prom_port, std::string(metric) + "{node=\"" + names[0] + "\"}");
+    const auto member = series_count(prom_port, std::string(metric) + "{node=\"" + names[1] + "\"}");
+    ASSERT_TRUE(coordinator && member) << metric;
+    EXPECT_EQ(*coordinator, 1u) << metric << " of " << names[0];
+    EXPECT_EQ(*member, 0u) << metric << " of " << names[1];
+  }
 }
 
 }  // namespace
