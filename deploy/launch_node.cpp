@@ -306,8 +306,12 @@ int run_node(const std::string& path, const std::string& node, const std::string
         actors::check_compatible(*meta, candidates.front(), m.cluster.table, m.cluster.partitions);
     if (!fits) return fail(fits.err());
     // A finished run: nothing is cleared, trained or checkpointed (a new
-    // checkpoint would push an older one out under `keep`).
-    if (auto done = nothing_to_train(m.cluster, meta->positions); !done.empty()) {
+    // checkpoint would push an older one out under `keep`). Only when its
+    // checkpoint verifies: from a damaged one the restore below falls back
+    // to the one before and trains the rest.
+    if (auto done = nothing_to_train(m.cluster, meta->positions);
+        !done.empty() &&
+        actors::verify_checkpoint(candidates.front(), &m.cluster.table, m.cluster.partitions)) {
       std::printf("%s (%s)\n", done.c_str(), candidates.front().c_str());
       std::fflush(stdout);
       return 0;
