@@ -22,8 +22,8 @@
 #include <thread>
 #include <vector>
 
-#include "transport/codec.hpp"
 #include "tests/transport/inbox.hpp"
+#include "transport/codec.hpp"
 #include "transport/node_bridge.hpp"
 #include "transport/payloads.hpp"
 
@@ -158,57 +158,74 @@ TEST(Membership, ANonMemberCannotGetOneFrameAccepted) {
   uint64_t refused_before = n0->stats().refused_handshakes;
   for (const auto& a : attacks) {
     SCOPED_TRACE(a.name);
-    const uint64_t dropped_before = n0->stats().unauthenticated_frames;
-    auto ca = config(a.claimed, a.key);
-    ca.test_trust_blindly = true;
-    ca.heartbeat_interval = 100ms;  // it notices the closed connection soon
-    ca.heartbeat_timeout = 2s;
-    // Its frames claim to come from member n1 (header sender id copied and
-    // the checksum redone): only the endpoint may say who sent a frame.
-    const uint64_t forged = member_id.load();
-    ca.outgoing_fault = [forged](frame_header& h, std::vector<std::byte>& payload) {
-      h.sender = forged;
-      seal(h, payload);
-    };
-    if (a.replay) {
-      std::lock_guard lock(recorded_mu);
-      auto hello = recorded.at(frame_type::hello);
-      auto proof = recorded.at(frame_type::hello_proof);
-      ca.outgoing_control = [hello, proof](frame_type type, std::vector<std::byte>& payload) {
-        if (type == frame_type::hello) payload = hello;
-        if (type == frame_type::hello_proof) payload = proof;
+    // Under load the node may refuse and close before any of the frames
+    // arrive: then none is delivered but none is seen dropped either, which
+    // shows nothing. Try again until frames reached the node (a few times).
+    for (int attempt = 1;; ++attempt) {
+      const uint64_t dropped_before = n0->stats().unauthenticated_frames;
+      auto ca = config(a.claimed, a.key);
+      ca.test_trust_blindly = true;
+      ca.heartbeat_interval = 100ms;  // it notices the closed connection soon
+      ca.heartbeat_timeout = 2s;
+      // Its frames claim to come from member n1 (header sender id copied and
+      // the checksum redone): only the endpoint may say who sent a frame.
+      const uint64_t forged = member_id.load();
+      ca.outgoing_fault = [forged](frame_header& h, std::vector<std::byte>& payload) {
+        h.sender = forged;
+        seal(h, payload);
       };
+      if (a.replay) {
+        std::lock_guard lock(recorded_mu);
+        auto hello = recorded.at(frame_type::hello);
+        auto proof = recorded.at(frame_type::hello_proof);
+        ca.outgoing_control = [hello, proof](frame_type type, std::vector<std::byte>& payload) {
+          if (type == frame_type::hello) payload = hello;
+          if (type == frame_type::hello_proof) payload = proof;
+        };
+      }
+      if (!::getenv("MEMBERSHIP_DEBUG")) ::testing::internal::CaptureStderr();
+      auto attacker = start(ca, nullptr);
+      ASSERT_TRUE(attacker);
+      auto target = attacker->connect("127.0.0.1", n0->port(), 30s);
+      if (!target && attempt < 4 &&
+          target.err().to_string().find("refused by node 'n0'") != std::string::npos) {
+        // The refusal overtook the connect (a loaded machine): nothing was
+        // sent, so nothing shows; the same again.
+        if (!::getenv("MEMBERSHIP_DEBUG")) ::testing::internal::GetCapturedStderr();
+        ASSERT_TRUE(eventually([&] { return n0->stats().refused_handshakes > refused_before; }));
+        refused_before = n0->stats().refused_handshakes;
+        continue;
+      }
+      ASSERT_TRUE(target) << target.err().to_string();
+      // Requests and one-way frames of every kind a shard or worker obeys.
+      constexpr int sent = 12;
+      for (int i = 0; i < sent; ++i) {
+        const auto type = i % 3 == 0   ? frame_type::shard_checkpoint
+                          : i % 3 == 1 ? frame_type::shard_push
+                                       : frame_type::sink;
+        if (!attacker->send(*target, type, 1, bytes(i == 0 ? (size_t{1} << 20) : 32))) break;
+      }
+      ASSERT_TRUE(eventually([&] { return n0->stats().refused_handshakes > refused_before; }))
+          << "the node did not refuse the hello";
+      ASSERT_TRUE(eventually([&] { return !attacker->is_up(*target); }))
+          << "the node kept the connection open";
+      attacker.reset();
+      const std::string log =
+          ::getenv("MEMBERSHIP_DEBUG") ? std::string() : ::testing::internal::GetCapturedStderr();
+      refused_before = n0->stats().refused_handshakes;
+      const auto s = n0->stats();
+      EXPECT_EQ(in0.size(), 1u) << "a non-member's frame was delivered";
+      ASSERT_EQ(s.peers.size(), 1u);  // n1 only: no peer added for it
+      EXPECT_EQ(s.peers[0].name, "n1");
+      EXPECT_TRUE(s.peers[0].up);
+      EXPECT_EQ(s.peers[0].rejected_frames, 0u);  // n1 was not blamed for the forged frames
+      EXPECT_NE(log.find("strata transport [n0]: hello from 127.0.0.1:"), std::string::npos) << log;
+      EXPECT_NE(log.find(a.log_reason), std::string::npos) << log;
+      if (s.unauthenticated_frames > dropped_before || attempt == 4) {
+        EXPECT_GT(s.unauthenticated_frames, dropped_before) << "no frame was dropped in 4 tries";
+        break;
+      }
     }
-    if (!::getenv("MEMBERSHIP_DEBUG")) ::testing::internal::CaptureStderr();
-    auto attacker = start(ca, nullptr);
-    ASSERT_TRUE(attacker);
-    auto target = attacker->connect("127.0.0.1", n0->port(), 30s);
-    ASSERT_TRUE(target) << target.err().to_string();
-    // Requests and one-way frames of every kind a shard or worker obeys.
-    constexpr int sent = 12;
-    for (int i = 0; i < sent; ++i) {
-      const auto type = i % 3 == 0   ? frame_type::shard_checkpoint
-                        : i % 3 == 1 ? frame_type::shard_push
-                                     : frame_type::sink;
-      if (!attacker->send(*target, type, 1, bytes(i == 0 ? (size_t{1} << 20) : 32))) break;
-    }
-    ASSERT_TRUE(eventually([&] { return n0->stats().refused_handshakes > refused_before; }))
-        << "the node did not refuse the hello";
-    ASSERT_TRUE(eventually([&] { return !attacker->is_up(*target); }))
-        << "the node kept the connection open";
-    attacker.reset();
-    const std::string log =
-        ::getenv("MEMBERSHIP_DEBUG") ? std::string() : ::testing::internal::GetCapturedStderr();
-    refused_before = n0->stats().refused_handshakes;
-    const auto s = n0->stats();
-    EXPECT_GT(s.unauthenticated_frames, dropped_before) << "no frame was dropped";
-    EXPECT_EQ(in0.size(), 1u) << "a non-member's frame was delivered";
-    ASSERT_EQ(s.peers.size(), 1u);  // n1 only: no peer added for it
-    EXPECT_EQ(s.peers[0].name, "n1");
-    EXPECT_TRUE(s.peers[0].up);
-    EXPECT_EQ(s.peers[0].rejected_frames, 0u);  // n1 was not blamed for the forged frames
-    EXPECT_NE(log.find("strata transport [n0]: hello from 127.0.0.1:"), std::string::npos) << log;
-    EXPECT_NE(log.find(a.log_reason), std::string::npos) << log;
   }
   // The member still talks to the node.
   ASSERT_TRUE(n1->send("n0", frame_type::sink, 1, bytes(8)));
