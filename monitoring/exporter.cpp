@@ -1,13 +1,9 @@
 #include "monitoring/exporter.hpp"
 
-#include <dlfcn.h>
-#include <pthread.h>
-
 #include <prometheus/collectable.h>
 #include <prometheus/exposer.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <caf/all.hpp>
 #include <exception>
 #include <mutex>
@@ -16,23 +12,6 @@
 
 #include "actors/checkpoint.hpp"
 #include "actors/foreign_thread.hpp"
-
-// civetweb (prometheus-cpp's HTTP server) starts its threads with a stack
-// size compiled into the library (100 KiB in Debian's build), and glibc
-// carves every thread's static TLS out of its stack: since OpenBLAS (60 KiB
-// of static TLS) is linked in, the server's own frames overflowed what was
-// left, and the first scrape killed the node (SIGSEGV in civetweb). Threads
-// that ask for a stack under 1 MiB get 256 KiB more. The strata binary
-// exports this symbol (deploy/CMakeLists.txt) so that the library's call
-// reaches it.
-extern "C" int pthread_attr_setstacksize(pthread_attr_t* attr, size_t size) noexcept {
-  using real_fn = int (*)(pthread_attr_t*, size_t);
-  static const auto real =
-      reinterpret_cast<real_fn>(::dlsym(RTLD_NEXT, "pthread_attr_setstacksize"));
-  if (real == nullptr) return EINVAL;
-  if (size < (size_t{1} << 20)) size += size_t{256} << 10;
-  return real(attr, size);
-}
 
 namespace strata::monitoring {
 
