@@ -14,6 +14,7 @@
 #include "actors/checkpoint.hpp"
 #include "deploy/cache_backend_choice.hpp"
 #include "deploy/commands.hpp"
+#include "deploy/launch_report.hpp"
 #include "deploy/manifest.hpp"
 #include "deploy/preflight.hpp"
 #include "serving/binary_server.hpp"
@@ -169,7 +170,7 @@ int serve(const std::string& path, const std::string& port_file) {
   int sig = 0;
   while (sigwait(&set, &sig) != 0) {
   }
-  std::fprintf(stderr, "strata serve: signal %d: stopping\n", sig);
+  std::fprintf(stderr, "strata serve: %s: stopping\n", detail::signal_name(sig).c_str());
   for (auto& subscriber : subscribers) subscriber->stop();
   if (ucx) ucx->stop();
   if (http) http->stop();

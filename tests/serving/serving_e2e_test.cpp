@@ -13,6 +13,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <sstream>
 #include <thread>
 
 #include "actors/checkpoint.hpp"
@@ -164,6 +165,9 @@ void train_serve_and_follow(const fs::path& d, uint64_t max_retained_rows) {
   int status = 0;
   ::waitpid(server, &status, 0);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  std::stringstream log;
+  log << std::ifstream(d / "serve.log").rdbuf();
+  EXPECT_NE(log.str().find("strata serve: SIGTERM: stopping"), std::string::npos) << log.str();
 }
 
 TEST(ServingEndToEnd, TrainServeAndKeepServingWhileTrainingUpdatesIt) {
