@@ -49,12 +49,13 @@ tsan: deps
 demo: build
 	@./$(BUILD)/strata launch deploy/examples/local.yaml
 
-# Tables on stdout (tiers, e2e, transport); JSON lines and a plot in $(BUILD)/bench-results.{jsonl,png}.
+# Tables on stdout (tiers, e2e, transport, serve); JSON lines and a plot in $(BUILD)/bench-results.{jsonl,png}.
 bench: deps-bench build
 	@rm -f $(BUILD)/bench-results.jsonl
 	@./$(BUILD)/strata bench tiers --json-out $(BUILD)/bench-results.jsonl
 	@./$(BUILD)/strata bench e2e --json-out $(BUILD)/bench-results.jsonl
 	@./$(BUILD)/strata bench transport --json-out $(BUILD)/bench-results.jsonl
+	@./$(BUILD)/strata bench serve --json-out $(BUILD)/bench-results.jsonl
 	@bash bench/plot.sh $(BUILD)/bench-results.jsonl $(BUILD)/bench-results.png
 
 # GPU: stripped test/bench binaries and their libraries in $(BUILD)/carry, for

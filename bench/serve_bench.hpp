@@ -6,12 +6,18 @@
 //                   values the same 64 x f32 rows — the network volatile
 //                   store HugeCTR's HPS offered;
 //   dram_in_process a DRAM-tier lookup in this process: the limit without
-//                   a network.
+//                   a network;
+//   loopback_stream the same reply bytes streamed over a loopback TCP
+//                   connection by a bare loop (no framing, lookup or
+//                   checksum): the wire's limit here.
+// The UCX rows (serve_ucx_*) run over shared memory only (UCX_TLS=sm,self,
+// set by the bench).
 // For each batch size the three alternate in 5 short rounds (a burst of
 // load on a shared machine hits all alike): keys/s is the median round
 // (one request in flight), p50/p99 pool every request. Results: serve_keys_per_s_bB (baselines
-// redis_mget, dram_in_process), serve_p50_us_bB / serve_p99_us_bB (baseline
-// redis), serve_p99_over_p50_bB. Batches draw keys uniformly from the
+// redis_mget, dram_in_process, loopback_stream), serve_p50_us_bB /
+// serve_p99_us_bB / serve_p999_us_bB (baseline redis), serve_p99_over_p50_bB
+// (target 2). Batches draw keys uniformly from the
 // loaded rows; every row is cache-resident after the first pass.
 #pragma once
 
