@@ -28,19 +28,17 @@ bool parse_whole(std::string_view s, T& out) {
   return ec == std::errc() && ptr == end;
 }
 
-// As model/reader.cpp parses an integer column: "42", "-1", or a float
-// with an integral meaning ("260.0", floored).
-bool parse_integer(std::string_view s, int64_t& out) {
+constexpr uint32_t criteo_integers = 13, criteo_categoricals = 26;
+
+}  // namespace
+
+bool parse_integer_value(std::string_view s, int64_t& out) {
   if (parse_whole(s, out)) return true;
   double d;
   if (!parse_whole(s, d) || !std::isfinite(d) || std::fabs(d) > 9e18) return false;
   out = static_cast<int64_t>(std::floor(d));
   return true;
 }
-
-constexpr uint32_t criteo_integers = 13, criteo_categoricals = 26;
-
-}  // namespace
 
 uint64_t categorical_key(uint32_t slot, std::string_view value) {
   // The slot picks the seed of the value's hash: equal bytes in different
@@ -83,7 +81,7 @@ expected<uint64_t> feature_key(std::string_view slot, std::string_view value) {
   }
   if (n > criteo_integers) return unknown();
   int64_t v = 0;
-  if (!parse_integer(value, v))
+  if (!parse_integer_value(value, v))
     return error(errc::invalid_argument, "slot " + std::string(slot) + " is an integer column: '" +
                                              std::string(value) + "' is not an integer");
   return integer_key(n - 1, v);

@@ -17,6 +17,10 @@ uint64_t categorical_key(uint32_t slot, std::string_view value);
 // Key of an integer feature `v` in slot `slot`: bucket = v <= 0 ? v (as
 // its own small bucket, clamped at -8) : 1 + floor(log2(v)).
 uint64_t integer_key(uint32_t slot, int64_t v);
+// An integer column's value as the readers take it: "42", "-1", or a float
+// with an integral meaning such as DeepCTR's "260.0" (floored). False when
+// it is neither.
+bool parse_integer_value(std::string_view s, int64_t& out);
 // libffm's field:feature pair.
 uint64_t ffm_key(uint32_t field, uint64_t feature);
 

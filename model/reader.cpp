@@ -146,16 +146,6 @@ bool parse_whole(std::string_view s, T& out) {
   return ec == std::errc() && ptr == end;
 }
 
-// An integer feature: "42", "-1", or a float with an integral meaning such
-// as DeepCTR's "260.0" (floored).
-bool parse_integer(std::string_view s, int64_t& out) {
-  if (parse_whole(s, out)) return true;
-  double d;
-  if (!parse_whole(s, d) || !std::isfinite(d) || std::fabs(d) > 9e18) return false;
-  out = static_cast<int64_t>(std::floor(d));
-  return true;
-}
-
 // A 0/1 label ("0", "1", "0.0", "1.0").
 bool parse_label(std::string_view s, float& out) {
   double d;
@@ -274,7 +264,7 @@ class criteo_tsv_reader final : public line_reader {
       const std::string_view f = fields_[1 + i];
       if (f.empty()) continue;
       int64_t v;
-      if (!parse_integer(f, v)) return "unparsable integer";
+      if (!parse_integer_value(f, v)) return "unparsable integer";
       *next++ = {i, integer_key(i, v), 1.0f};
     }
     for (uint32_t c = 0; c < categoricals; ++c) {
@@ -339,7 +329,7 @@ class csv_reader final : public line_reader {
       const std::string_view f = fields_[column];
       if (!f.empty()) {
         int64_t v;
-        if (!parse_integer(f, v)) return "unparsable integer";
+        if (!parse_integer_value(f, v)) return "unparsable integer";
         out.features.push_back({slot, integer_key(slot, v), 1.0f});
       }
       ++slot;
