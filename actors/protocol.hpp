@@ -167,6 +167,10 @@ struct tier_stats {
   // applied before), and push ids forgotten from the bounded window.
   uint64_t duplicate_pushes = 0;
   uint64_t push_id_evictions = 0;
+  // shard only: pull requests served, and those whose reply waited on an
+  // LMDB read (docs/metrics.md, strata_shard_lmdb_waits_total).
+  uint64_t pulls = 0;
+  uint64_t lmdb_waits = 0;
   // shard only: hits per chain tier (dram, write_behind, lmdb) and rows
   // served by the initializer.
   std::vector<uint64_t> chain_hits;
@@ -188,6 +192,7 @@ typename Inspector::result_type inspect(Inspector& f, tier_stats& x) {
            x.inserts, x.evictions, x.flushed_rows, x.flush_batches, x.flush_bytes,
            x.write_back_rows, x.prefetch_requests, x.prefetch_rows, x.admission_rejections,
            x.ttl_expirations, x.pushes, x.push_rows, x.duplicate_pushes, x.push_id_evictions,
+           x.pulls, x.lmdb_waits,
            x.chain_hits, x.initialized, x.rows, x.bytes, x.capacity_rows, x.capacity_bytes,
            x.lmdb_rows, x.flushes_in_flight, x.write_behind_rows, x.mailbox_depth, x.latencies);
 }

@@ -16,8 +16,11 @@ caf::error pull_local(shard_pointer self, const std::vector<uint64_t>& keys, pul
   touch(st, keys);
   reply.rows.keys = keys;
   reply.rows.records.resize(keys.size() * layout.record_bytes());
+  const uint64_t reads_before = st.read_timer->reads();
   auto s = st.chain->lookup(keys, rows_of(reply.rows, layout), &reply.admitted);
   if (!s) return to_caf(s.err());
+  ++st.metrics.pulls;
+  if (st.read_timer->reads() != reads_before) ++st.metrics.lmdb_waits;
   maybe_flush(self);
   st.metrics.pull.observe(st.config.clock->now_seconds() - start);
   return {};
@@ -501,6 +504,8 @@ shard_actor::behavior_type shard_behavior(shard_pointer self, shard_config confi
         out.write_back_rows = m.write_back_rows;
         out.prefetch_requests = m.prefetch_requests;
         out.prefetch_rows = m.prefetch_rows;
+        out.pulls = m.pulls;
+        out.lmdb_waits = m.lmdb_waits;
         out.admission_rejections = cs.not_admitted + cs.dropped_pushes;
         out.ttl_expirations = dram.stats().expired;
         out.pushes = m.pushes;

@@ -21,20 +21,25 @@
 
 namespace strata::actors::shard_detail {
 
-// Times the LMDB tier's lookups inside the chain (tier 2).
+// Times the LMDB tier's lookups inside the chain (tier 2), and counts them
+// (a pull whose count moved waited on an LMDB read).
 class lmdb_read_timer final : public tier_observer {
  public:
   lmdb_read_timer(const clock_source* clock, latency_histogram* histogram)
       : clock_(clock), histogram_(histogram) {}
   void before_lookup(size_t tier) override {
-    if (tier == lmdb_tier_index) start_ = clock_->now_seconds();
+    if (tier != lmdb_tier_index) return;
+    ++reads_;
+    start_ = clock_->now_seconds();
   }
   void after_lookup(size_t tier, size_t) override {
     if (tier == lmdb_tier_index) histogram_->observe(clock_->now_seconds() - start_);
   }
   static constexpr size_t lmdb_tier_index = 2;
+  uint64_t reads() const { return reads_; }
 
  private:
+  uint64_t reads_ = 0;  // LMDB tier lookups (one read transaction each)
   const clock_source* clock_;
   latency_histogram* histogram_;
   double start_ = 0;
@@ -46,6 +51,9 @@ struct shard_metrics {
   uint64_t pushes = 0, push_rows = 0, write_back_rows = 0;
   uint64_t duplicate_pushes = 0;  // pushes whose id was applied before: answered, not applied
   uint64_t prefetch_requests = 0, prefetch_rows = 0;
+  // Pull requests served here, and those whose reply waited on an LMDB read
+  // (the chain read LMDB for at least one key: nothing had brought it up).
+  uint64_t pulls = 0, lmdb_waits = 0;
   uint64_t migrated_in_rows = 0;
   uint64_t flush_batches = 0, flush_bytes = 0;
   std::map<uint64_t, double> flush_started;  // seq -> time sent

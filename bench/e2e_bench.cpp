@@ -41,11 +41,15 @@ void use_data(actors::cluster_config& config, const std::filesystem::path& data,
 
 struct hit_rates {
   double cache = 0, dram = 0, ssd = 0;
+  double ssd_wait = 0;  // share of shard pulls whose reply waited on an LMDB read
 };
 
 hit_rates rates(const actors::training_report& r) {
   uint64_t cache_hits = 0, cache_total = 0, dram = 0, ssd = 0, shard_total = 0;
+  uint64_t pulls = 0, waits = 0;
   for (const auto& t : r.tiers) {
+    pulls += t.pulls;
+    waits += t.lmdb_waits;
     if (t.chain_hits.empty()) {
       cache_hits += t.hits;
       cache_total += t.hits + t.misses;
@@ -57,6 +61,7 @@ hit_rates rates(const actors::training_report& r) {
     shard_total += t.initialized;
   }
   hit_rates out;
+  if (pulls) out.ssd_wait = double(waits) / double(pulls);
   if (cache_total) out.cache = double(cache_hits) / double(cache_total);
   if (shard_total) {
     out.dram = double(dram) / double(shard_total);
@@ -246,6 +251,7 @@ void run_e2e_bench(const e2e_bench_options& o, bench_report& report) {
     report.add({row("cache_hit_rate"), rt.cache, "fraction", "strata_all_dram", rd.cache});
     report.add({row("dram_hit_rate"), rt.dram, "fraction", "strata_all_dram", rd.dram});
     report.add({row("ssd_hit_rate"), rt.ssd, "fraction", "strata_all_dram", rd.ssd});
+    report.add({row("ssd_wait_rate"), rt.ssd_wait, "fraction", "none", 0});
 
     if (o.allocs_per_batch && &c == &o.configs.front()) {
       // Steady state: the same run on half the rows, subtracted, leaves the

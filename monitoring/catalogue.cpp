@@ -167,6 +167,12 @@ void add_shard(family_set& out, const labels& owner, const actors::tier_stats& t
               d(t.prefetch_requests));
   out.counter("strata_shard_prefetch_rows_total", "Keys named by prefetch requests.", owner,
               d(t.prefetch_rows));
+  out.counter("strata_shard_lookups_total",
+              "Pull requests served (cache fills for lookups and prefetches, serving lookups).",
+              owner, d(t.pulls));
+  out.counter("strata_shard_lmdb_waits_total",
+              "Pull requests whose reply waited on an LMDB read (no tier above held a key).",
+              owner, d(t.lmdb_waits));
   out.counter("strata_shard_write_back_rows_total",
               "Whole rows received from cache tiers (pass end, eviction).", owner,
               d(t.write_back_rows));
@@ -338,6 +344,8 @@ actors::tier_stats monotonic_merge(const actors::tier_stats& earlier,
   keep(m.push_rows, earlier.push_rows);
   keep(m.duplicate_pushes, earlier.duplicate_pushes);
   keep(m.push_id_evictions, earlier.push_id_evictions);
+  keep(m.pulls, earlier.pulls);
+  keep(m.lmdb_waits, earlier.lmdb_waits);
   keep(m.initialized, earlier.initialized);
   if (m.chain_hits.size() < earlier.chain_hits.size())
     m.chain_hits.resize(earlier.chain_hits.size());

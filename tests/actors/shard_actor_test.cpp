@@ -175,6 +175,32 @@ TEST_F(shard_fixture, PrefetchPromotesFromLmdb) {
   EXPECT_EQ(after.chain_hits[0], before.chain_hits[0] + 1);  // then a DRAM hit
 }
 
+// strata_shard_lmdb_waits_total: a pull whose reply had to read LMDB (the
+// row was cold) counts as a wait; a pull of a row a prefetch brought up
+// does not; every pull counts in strata_shard_lookups_total.
+TEST_F(shard_fixture, ColdPullWaitsOnLmdbPrefetchedPullDoesNot) {
+  std::vector<uint64_t> keys;
+  for (uint64_t k = 0; k < 64; ++k) keys.push_back(k);
+  push(keys, 3.0f);
+  h.call<ok_atom>(shard, drain_atom::value);
+  auto before = h.call<tier_stats>(shard, stats_atom::value);
+  // Keys 0 and 1 were evicted long ago (DRAM holds 16 rows).
+  EXPECT_EQ(weight(pull({1}), table.layout, 0), 3.0f);
+  auto cold = h.call<tier_stats>(shard, stats_atom::value);
+  EXPECT_EQ(cold.pulls, before.pulls + 1);
+  EXPECT_EQ(cold.lmdb_waits, before.lmdb_waits + 1);
+  h.system().spawn([s = shard](caf::event_based_actor* self) {
+    self->send(s, prefetch_atom::value, std::vector<uint64_t>{0});
+  });
+  h.sched().run();
+  auto prefetched = h.call<tier_stats>(shard, stats_atom::value);
+  EXPECT_EQ(prefetched.pulls, cold.pulls);  // a prefetch is not a pull
+  EXPECT_EQ(weight(pull({0}), table.layout, 0), 3.0f);
+  auto warm = h.call<tier_stats>(shard, stats_atom::value);
+  EXPECT_EQ(warm.pulls, cold.pulls + 1);
+  EXPECT_EQ(warm.lmdb_waits, cold.lmdb_waits);
+}
+
 TEST_F(shard_fixture, DrainMakesEveryAcknowledgedPushDurable) {
   std::vector<uint64_t> keys{1, 2, 3, 4, 5};
   push(keys, 2.0f);
