@@ -169,21 +169,36 @@ status frame_socket::send(frame_type type, uint64_t request, std::span<const std
 
 status frame_socket::send_parts(frame_type type, uint64_t request,
                                 std::initializer_list<std::span<const std::byte>> parts) {
-  // Header and payload parts in one gathered write: no copy of the payload.
-  std::vector<std::byte> header;
-  header.reserve(header_bytes);
-  append_frame(header, type, request, {});
+  // Header and payload parts in one gathered write (sendmsg): no copy of
+  // the payload, and no allocation per frame (the header and the list of
+  // pieces live on the stack; a reply is sent on every lookup).
+  constexpr size_t max_pieces = 8;
+  if (parts.size() + 1 > max_pieces)
+    return error(errc::invalid_argument, impl_->peer + ": a frame of " +
+                                             std::to_string(parts.size()) + " parts (at most " +
+                                             std::to_string(max_pieces - 1) + ")");
+  std::array<std::byte, header_bytes> header;
   uint32_t length = 0, crc = 0;
-  std::vector<asio::const_buffer> buffers{asio::buffer(header.data(), header.size())};
+  std::array<asio::const_buffer, max_pieces> pieces;
+  size_t count = 0;
+  pieces[count++] = asio::buffer(header.data(), header.size());
   for (auto part : parts) {
     length += static_cast<uint32_t>(part.size());
     crc = crc32c_extend(crc, part.data(), part.size());
-    buffers.push_back(asio::buffer(part.data(), part.size()));
+    pieces[count++] = asio::buffer(part.data(), part.size());
   }
+  // The layout append_frame writes (client/wire.hpp): magic, version,
+  // type, length, CRC32C of the payload, request id; little-endian.
+  const uint32_t magic_field = magic;
+  const uint16_t version_field = wire_version, type_field = static_cast<uint16_t>(type);
+  std::memcpy(header.data(), &magic_field, 4);
+  std::memcpy(header.data() + 4, &version_field, 2);
+  std::memcpy(header.data() + 6, &type_field, 2);
   std::memcpy(header.data() + 8, &length, 4);
   std::memcpy(header.data() + 12, &crc, 4);
+  std::memcpy(header.data() + 16, &request, 8);
   boost::system::error_code ec;
-  asio::write(*impl_->s, buffers, ec);
+  asio::write(*impl_->s, std::span<const asio::const_buffer>(pieces.data(), count), ec);
   if (ec) return error(errc::unavailable, impl_->peer + ": send failed: " + ec.message());
   return {};
 }
