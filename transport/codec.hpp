@@ -36,17 +36,37 @@ inline constexpr bool is_atom = std::is_empty_v<T>&& requires {
   T::uint_value();
 };
 
-// Counting = true only adds up the encoded size (encode_payload reserves
-// it first, so a payload is written into one allocation, each byte once).
-template <bool Counting>
+// Where a writer's bytes go. raw() takes small fields; array() a vector
+// of arithmetic values (keys, rows, gradients), which a sink may keep by
+// reference instead of copying (frame_payload.hpp). counting_sink only adds
+// up the encoded size (encode_payload reserves it first, so a payload is
+// written into one allocation, each byte once).
+struct counting_sink {
+  size_t size = 0;
+  void raw(const void*, size_t n) { size += n; }
+  void array(const void* data, size_t n) { raw(data, n); }
+};
+struct vector_sink {
+  std::vector<std::byte>* out;
+  size_t size = 0;
+  void raw(const void* data, size_t n) {
+    size += n;
+    const auto* bytes = static_cast<const std::byte*>(data);
+    out->insert(out->end(), bytes, bytes + n);
+  }
+  void array(const void* data, size_t n) { raw(data, n); }
+};
+
+template <class Sink>
 class basic_wire_writer {
  public:
   using result_type = void;
   static constexpr bool reads_state = true;
   static constexpr bool writes_state = false;
 
-  explicit basic_wire_writer(std::vector<std::byte>* out) : out_(out) {}
-  size_t size() const { return size_; }
+  explicit basic_wire_writer(Sink sink) : sink_(std::move(sink)) {}
+  size_t size() const { return sink_.size; }
+  Sink& sink() { return sink_; }
 
   template <class... Ts>
   void operator()(Ts&&... xs) {
@@ -54,13 +74,7 @@ class basic_wire_writer {
   }
 
  private:
-  void raw(const void* data, size_t size) {
-    size_ += size;
-    if constexpr (!Counting) {
-      const auto* bytes = static_cast<const std::byte*>(data);
-      out_->insert(out_->end(), bytes, bytes + size);
-    }
-  }
+  void raw(const void* data, size_t size) { sink_.raw(data, size); }
   template <class T>
   void apply(const T& x) {
     if constexpr (std::is_base_of_v<caf::meta::annotation, T> || is_atom<T>) {
@@ -83,7 +97,7 @@ class basic_wire_writer {
       const uint64_t n = x.size();
       raw(&n, sizeof n);
       if constexpr (std::is_arithmetic_v<V> && !std::is_same_v<V, bool>) {
-        raw(x.data(), x.size() * sizeof(V));
+        sink_.array(x.data(), x.size() * sizeof(V));
       } else {
         for (const auto& e : x) apply(e);
       }
@@ -92,10 +106,9 @@ class basic_wire_writer {
     }
   }
 
-  std::vector<std::byte>* out_;
-  size_t size_ = 0;
+  Sink sink_;
 };
-using wire_writer = basic_wire_writer<false>;
+using wire_writer = basic_wire_writer<vector_sink>;
 
 class wire_reader {
  public:
@@ -140,7 +153,7 @@ class wire_reader {
   template <class V>
   static size_t min_encoded_bytes() {
     static const size_t bytes = [] {
-      basic_wire_writer<true> sizer(nullptr);
+      basic_wire_writer<counting_sink> sizer({});
       const V empty{};
       sizer(empty);
       return sizer.size() == 0 ? size_t{1} : sizer.size();
@@ -204,11 +217,11 @@ class wire_reader {
 // Encodes values (in order) into a payload.
 template <class... Ts>
 std::vector<std::byte> encode_payload(const Ts&... xs) {
-  basic_wire_writer<true> sizer(nullptr);
+  basic_wire_writer<counting_sink> sizer({});
   sizer(xs...);
   std::vector<std::byte> out;
   out.reserve(sizer.size());
-  wire_writer w(&out);
+  wire_writer w(vector_sink{&out});
   w(xs...);
   return out;
 }

@@ -29,14 +29,18 @@ T get(const std::byte* in, size_t offset) {
 }
 
 uint32_t frame_crc(const frame_header& header, std::span<const std::byte> payload) {
+  return crc32c_extend(header_crc(header), payload.data(), payload.size());
+}
+
+}  // namespace
+
+uint32_t header_crc(const frame_header& header) {
   frame_header h = header;
   h.crc = 0;
   std::array<std::byte, frame_header_bytes> bytes;
   encode_header(h, bytes);
-  return crc32c_extend(crc32c(bytes.data(), bytes.size()), payload.data(), payload.size());
+  return crc32c(bytes.data(), bytes.size());
 }
-
-}  // namespace
 
 bool is_known_type(uint16_t type) {
   switch (static_cast<frame_type>(type)) {
@@ -247,7 +251,10 @@ status check_payload(const frame_header& header, std::span<const std::byte> payl
                                          " bytes, header says " +
                                          std::to_string(header.payload_bytes));
   }
-  const uint32_t crc = frame_crc(header, payload);
+  return check_crc(header, frame_crc(header, payload));
+}
+
+status check_crc(const frame_header& header, uint32_t crc) {
   if (crc != header.crc) {
     return error(errc::corrupt_data, "frame checksum mismatch (type " +
                                          std::string(to_string(header.type)) + ", seq " +

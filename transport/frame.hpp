@@ -108,6 +108,10 @@ struct frame_header {
 // Writes the header into exactly frame_header_bytes bytes.
 void encode_header(const frame_header& header, std::span<std::byte, frame_header_bytes> out);
 
+// CRC32C of the header with its crc field zeroed: a frame's checksum is
+// this extended (crc32c_extend) over the payload, piece by piece if need be.
+uint32_t header_crc(const frame_header& header);
+
 // Fills in header.crc for `payload` (and header.payload_bytes).
 void seal(frame_header& header, std::span<const std::byte> payload);
 
@@ -123,6 +127,10 @@ expected<frame_header> decode_header(std::span<const std::byte> bytes,
 // check_payload then checks the payload once it is in.
 expected<frame_header> check_arrival(std::span<const std::byte> header, size_t payload_length,
                                      uint32_t max_payload = default_max_payload_bytes);
+
+// Checks a payload checksum computed by the caller (crc32c_extend of
+// header_crc over the payload) against the header's.
+status check_crc(const frame_header& header, uint32_t crc);
 
 // Checks that `payload` has the header's length and checksum.
 status check_payload(const frame_header& header, std::span<const std::byte> payload);

@@ -114,18 +114,18 @@ status node_bridge::wait_for_peer(const std::string& peer, std::chrono::millisec
 }
 
 status node_bridge::request(const std::string& peer, frame_type type, uint32_t target,
-                            std::vector<std::byte> payload, reply_handler on_reply) {
+                            frame_payload payload, reply_handler on_reply) {
   STRATA_ASSERT(on_reply, "request without a reply handler");
   return impl_->enqueue(peer, type, target, 0, std::move(payload), std::move(on_reply));
 }
 
 status node_bridge::send(const std::string& peer, frame_type type, uint32_t target,
-                         std::vector<std::byte> payload) {
+                         frame_payload payload) {
   return impl_->enqueue(peer, type, target, 0, std::move(payload), {});
 }
 
 void node_bridge::reply(const std::string& peer, uint64_t request_id, frame_type type,
-                        std::vector<std::byte> payload) {
+                        frame_payload payload) {
   (void)impl_->enqueue(peer, type, 0, request_id, std::move(payload), {});
 }
 

@@ -55,6 +55,7 @@
 #include "common/auth.hpp"
 #include "common/error.hpp"
 #include "transport/frame.hpp"
+#include "transport/frame_payload.hpp"
 #include "transport/transport_stats.hpp"
 
 namespace strata::transport {
@@ -188,14 +189,14 @@ class node_bridge {
   // peer's window is full. Fails at once (and does not call on_reply) if
   // the peer is unknown or down.
   status request(const std::string& peer, frame_type type, uint32_t target,
-                 std::vector<std::byte> payload, reply_handler on_reply);
+                 frame_payload payload, reply_handler on_reply);
   // A one-way frame; same blocking and failure rules.
   status send(const std::string& peer, frame_type type, uint32_t target,
-              std::vector<std::byte> payload);
+              frame_payload payload);
   // Answers request `request_id` of `peer` (type reply or reply_error).
   // Never blocks; a reply to a down peer is dropped.
   void reply(const std::string& peer, uint64_t request_id, frame_type type,
-             std::vector<std::byte> payload);
+             frame_payload payload);
 
   // From now on a peer whose connection closes (without a goodbye, e.g.
   // reset while both ends stop) is logged as leaving, not as down: the

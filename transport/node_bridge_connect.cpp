@@ -226,16 +226,17 @@ void node_bridge::impl::send_hello(ucp_ep_h ep, frame_type type, uint64_t reques
   payload.name = config.node_name;
   auto op = std::make_unique<send_op>();
   op->owner = this;
-  op->payload = encode_payload(payload);
+  auto bytes = encode_payload(payload);
   if (config.outgoing_control) {
-    config.outgoing_control(type, op->payload);
-    if (op->payload.empty()) return;  // the seam dropped it
+    config.outgoing_control(type, bytes);
+    if (bytes.empty()) return;  // the seam dropped it
   }
   frame_header h;
   h.type = type;
   h.sender = node_id;
   h.request_id = request_id;
-  seal(h, op->payload);
+  seal(h, bytes);
+  op->payload = std::move(bytes);
   encode_header(h, op->header);
   op->bytes = frame_header_bytes + op->payload.size();
   op->ep_override = ep;

@@ -143,7 +143,10 @@ struct send_op {
   node_bridge::impl* owner = nullptr;
   uint32_t peer = 0;
   std::array<std::byte, frame_header_bytes> header{};
-  std::vector<std::byte> payload;
+  // Sent from where it is (the payload keeps its message's arrays alive
+  // until on_sent): one contiguous piece, or `iov` over its pieces.
+  frame_payload payload;
+  std::vector<ucp_dt_iov_t> iov;
   uint64_t bytes = 0;
   uint64_t seq = 0;               // sequenced frames (flow control)
   bool release_when_sent = true;  // requests release on their reply instead
@@ -333,7 +336,9 @@ struct node_bridge::impl {
   // (counted), or a violation that cuts the peer off (false).
   bool admit(peer_state& peer, const frame_header& h, size_t length);
 
-  void complete(peer_state& peer, const frame_header& h, payload_bytes payload);
+  // `checked`: the caller verified the checksum while copying the bytes in.
+  void complete(peer_state& peer, const frame_header& h, payload_bytes payload,
+                bool checked = false);
 
   void maybe_leave(peer_state& peer);
 
@@ -400,7 +405,7 @@ struct node_bridge::impl {
   // --- public side ------------------------------------------------------------------
 
   status enqueue(const std::string& name, frame_type type, uint32_t target, uint64_t request_id,
-                 std::vector<std::byte> payload, reply_handler on_reply);
+                 frame_payload payload, reply_handler on_reply);
 };
 
 }  // namespace strata::transport

@@ -19,7 +19,7 @@ void node_bridge::impl::send_control(ucp_ep_h ep, frame_type type, uint64_t requ
   h.type = type;
   h.sender = node_id;
   h.request_id = request_id;
-  seal(h, op->payload);
+  seal_pieces(h, op->payload);
   encode_header(h, op->header);
   op->bytes = frame_header_bytes + op->payload.size();
   op->ep_override = ep;
@@ -79,8 +79,20 @@ void node_bridge::impl::post(std::unique_ptr<send_op> op, bool reply_flag, peer_
   ++posted;
   auto* raw = op.get();
   in_flight.emplace(raw, std::move(op));
-  auto* r = ucp_am_send_nbx(ep, am_id, raw->header.data(), raw->header.size(), raw->payload.data(),
-                            raw->payload.size(), &p);
+  const void* buffer = raw->payload.inline_bytes().data();
+  size_t count = raw->payload.size();
+  if (!raw->payload.contiguous()) {
+    // Header, then the payload's pieces straight from the message: no
+    // encode copy (frame_payload.hpp); UCX copies or fetches them once.
+    raw->payload.for_each_piece([raw](const std::byte* data, size_t n) {
+      raw->iov.push_back({const_cast<std::byte*>(data), n});
+    });
+    p.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
+    p.datatype = ucp_dt_make_iov();
+    buffer = raw->iov.data();
+    count = raw->iov.size();
+  }
+  auto* r = ucp_am_send_nbx(ep, am_id, raw->header.data(), raw->header.size(), buffer, count, &p);
   if (r == nullptr) {
     sent(take_in_flight(raw), UCS_OK);
   } else if (UCS_PTR_IS_ERR(r)) {
@@ -159,7 +171,7 @@ void node_bridge::impl::send_credit(peer_state& p) {
   frame_header h;
   h.type = frame_type::credit;
   h.sender = node_id;
-  seal(h, op->payload);
+  seal_pieces(h, op->payload);
   encode_header(h, op->header);
   op->bytes = frame_header_bytes + op->payload.size();
   op->ep_override = p.ep;
@@ -177,7 +189,7 @@ void node_bridge::impl::flush_credits() {
 }
 
 status node_bridge::impl::enqueue(const std::string& name, frame_type type, uint32_t target,
-                                  uint64_t request_id, std::vector<std::byte> payload,
+                                  uint64_t request_id, frame_payload payload,
                                   reply_handler on_reply) {
   auto op = std::make_unique<send_op>();
   op->owner = this;
@@ -217,8 +229,12 @@ status node_bridge::impl::enqueue(const std::string& name, frame_type type, uint
     op->seq = h.seq;
     h.request_id = request_id != 0 ? request_id : (on_reply ? next_request_id_++ : 0);
     h.target = target;
-    seal(h, op->payload);
-    if (config.outgoing_fault) config.outgoing_fault(h, op->payload);
+    seal_pieces(h, op->payload);
+    if (config.outgoing_fault) {  // a test seam: it rewrites the frame in one buffer
+      auto bytes = op->payload.flatten();
+      config.outgoing_fault(h, bytes);
+      op->payload = std::move(bytes);
+    }
     encode_header(h, op->header);
     op->peer = peer.index;
     peer.outstanding += op->bytes;

@@ -50,7 +50,7 @@ void deliver_decoded(caf::response_promise& rp, const inbound_frame& f) {
 }
 
 template <class... Reply>
-caf::response_promise forward(proxy_actor* self, frame_type type, std::vector<std::byte> payload) {
+caf::response_promise forward(proxy_actor* self, frame_type type, frame_payload payload) {
   auto rp = self->make_response_promise();
   auto& st = self->state;
   const uint64_t token = st.next_token++;
@@ -72,7 +72,7 @@ caf::response_promise forward(proxy_actor* self, frame_type type, std::vector<st
   return rp;
 }
 
-void one_way(proxy_actor* self, frame_type type, std::vector<std::byte> payload) {
+void one_way(proxy_actor* self, frame_type type, frame_payload payload) {
   auto& st = self->state;
   // A down peer was logged by the bridge; a one-way message has no one to tell.
   (void)st.bridge->send(st.peer, type, st.target, std::move(payload));
@@ -106,17 +106,17 @@ caf::behavior shard_proxy(proxy_actor* self, std::shared_ptr<node_bridge> bridge
   using namespace actors;
   init_proxy(self, std::move(bridge), std::move(peer), target);
   return {
-      [=](pull_atom, const std::vector<uint64_t>& keys) {
-        return forward<pull_reply>(self, frame_type::shard_pull, encode_payload(keys));
+      [=](pull_atom, std::vector<uint64_t>& keys) {
+        return forward<pull_reply>(self, frame_type::shard_pull, gather_payload(std::move(keys)));
       },
-      [=](push_atom, const push_request& r) {
-        return forward<push_reply>(self, frame_type::shard_push, encode_payload(r));
+      [=](push_atom, push_request& r) {
+        return forward<push_reply>(self, frame_type::shard_push, gather_payload(std::move(r)));
       },
-      [=](write_back_atom, const row_batch& rows) {
-        return forward<ok_atom>(self, frame_type::shard_write_back, encode_payload(rows));
+      [=](write_back_atom, row_batch& rows) {
+        return forward<ok_atom>(self, frame_type::shard_write_back, gather_payload(std::move(rows)));
       },
-      [=](prefetch_atom, const std::vector<uint64_t>& keys) {
-        one_way(self, frame_type::shard_prefetch, encode_payload(keys));
+      [=](prefetch_atom, std::vector<uint64_t>& keys) {
+        one_way(self, frame_type::shard_prefetch, gather_payload(std::move(keys)));
       },
       [=](tick_atom, uint32_t tick) {
         one_way(self, frame_type::shard_tick, encode_payload(tick));
@@ -168,14 +168,14 @@ caf::behavior cache_proxy(proxy_actor* self, std::shared_ptr<node_bridge> bridge
   using namespace actors;
   init_proxy(self, std::move(bridge), std::move(peer), target);
   return {
-      [=](lookup_atom, const std::vector<uint64_t>& keys) {
-        return forward<lookup_reply>(self, frame_type::cache_lookup, encode_payload(keys));
+      [=](lookup_atom, std::vector<uint64_t>& keys) {
+        return forward<lookup_reply>(self, frame_type::cache_lookup, gather_payload(std::move(keys)));
       },
-      [=](prefetch_atom, const std::vector<uint64_t>& keys) {
-        one_way(self, frame_type::cache_prefetch, encode_payload(keys));
+      [=](prefetch_atom, std::vector<uint64_t>& keys) {
+        one_way(self, frame_type::cache_prefetch, gather_payload(std::move(keys)));
       },
-      [=](push_atom, const push_request& r) {
-        return forward<push_ack>(self, frame_type::cache_push, encode_payload(r));
+      [=](push_atom, push_request& r) {
+        return forward<push_ack>(self, frame_type::cache_push, gather_payload(std::move(r)));
       },
       [=](pass_start_atom, uint64_t pass) {
         return forward<ok_atom>(self, frame_type::cache_pass_start, encode_payload(pass));
@@ -195,8 +195,8 @@ caf::behavior dense_proxy(proxy_actor* self, std::shared_ptr<node_bridge> bridge
   using namespace actors;
   init_proxy(self, std::move(bridge), std::move(peer), target);
   return {
-      [=](push_dense_atom, const std::vector<float>& grads) {
-        return forward<uint64_t>(self, frame_type::dense_push, encode_payload(grads));
+      [=](push_dense_atom, std::vector<float>& grads) {
+        return forward<uint64_t>(self, frame_type::dense_push, gather_payload(std::move(grads)));
       },
       [=](pull_dense_atom) { return forward<dense_weights>(self, frame_type::dense_pull, {}); },
       [=](stats_atom) { return forward<actor_stats>(self, frame_type::dense_stats, {}); },
@@ -233,7 +233,8 @@ void relay(caf::event_based_actor* self, const std::shared_ptr<node_bridge>& bri
   self->request(dest, caf::infinite, std::forward<Args>(xs)...)
       .then(
           [bridge, peer, id](Reply&... rs) {
-            bridge->reply(peer, id, frame_type::reply, encode_payload(rs...));
+            // The reply's arrays go out from the reply itself (no encode copy).
+            bridge->reply(peer, id, frame_type::reply, gather_payload(std::move(rs)...));
           },
           [self, bridge, peer, id](caf::error& e) {
             bridge->reply(

@@ -7,6 +7,7 @@
 #include "actors/protocol.hpp"
 #include "actors/training_protocol.hpp"
 #include "transport/codec.hpp"
+#include "transport/frame_payload.hpp"
 #include "transport/payloads.hpp"
 
 namespace strata::transport {
@@ -159,6 +160,39 @@ TEST(Codec, EveryMessageTypeRoundTrips) {
   EXPECT_EQ(round_trip(training_summary{1, 2, 3.5, 0.25, 4, 5, 6, "ckpt-7", true}).passes, 5u);
   EXPECT_EQ(round_trip(training_summary{1, 2, 3.5, 0.25, 4, 5, 6, "ckpt-7", true}).last_checkpoint,
             "ckpt-7");
+}
+
+// A gathered payload (frame_payload.hpp) is encode_payload's bytes, its
+// checksum the one seal computes over them, and its large arrays are sent
+// from the message's own buffers (no copy).
+TEST(Codec, GatheredPayloadIsTheEncodedBytesSentFromTheMessage) {
+  using namespace actors;
+  pull_reply pr;
+  for (uint64_t k = 0; k < 1000; ++k) pr.rows.keys.push_back(k * 3 + 1);
+  pr.rows.records.assign(1000 * 24, uint8_t{7});
+  pr.admitted.assign(1000, 1);
+  pr.admitted[5] = 0;
+  const auto expected = encode_payload(pr);
+  const void* records = pr.rows.records.data();
+  const void* keys = pr.rows.keys.data();
+  auto payload = gather_payload(std::move(pr));
+  EXPECT_EQ(payload.size(), expected.size());
+  EXPECT_EQ(payload.flatten(), expected);
+  bool keys_referenced = false, records_referenced = false;
+  payload.for_each_piece([&](const std::byte* p, size_t) {
+    keys_referenced |= p == keys;
+    records_referenced |= p == records;
+  });
+  EXPECT_TRUE(keys_referenced && records_referenced) << "an array was copied";
+  frame_header a = request_header(), b = request_header();
+  seal_pieces(a, payload);
+  seal(b, expected);
+  EXPECT_EQ(a.crc, b.crc);
+  EXPECT_EQ(a.payload_bytes, b.payload_bytes);
+  // Small arrays go inline; a value without arrays is one piece.
+  auto small = gather_payload(push_request{{1, 2}, {0.5f}, 1, 2});
+  EXPECT_TRUE(small.contiguous());
+  EXPECT_EQ(small.flatten(), encode_payload(push_request{{1, 2}, {0.5f}, 1, 2}));
 }
 
 TEST(Codec, RejectsCountsBeyondThePayload) {
