@@ -353,7 +353,13 @@ void run_serve_bench(const serve_bench_options& o, bench_report& report) {
   constexpr int rounds = 5;
   for (uint32_t batch : batch_sizes) {
     const std::string b = std::to_string(batch);
-    samples served, in_process, red, over_ucx, wire_limit;
+    samples served, in_process, red, over_ucx, wire_limit, pipelined;
+    std::vector<std::vector<uint64_t>> pipeline_batches(64, std::vector<uint64_t>(batch));
+    {
+      std::mt19937_64 rng(batch + 1);
+      for (auto& pb : pipeline_batches)
+        for (auto& k : pb) k = key_of(rng() % rows);
+    }
     // A lookup reply's bytes on the socket: frame header, dim and n, then
     // per key its version and weights.
     loopback_stream loopback(24 + 8 + size_t{batch} * (8 + dim * 4));
@@ -375,6 +381,24 @@ void run_serve_bench(const serve_bench_options& o, bench_report& report) {
         if (!ok) throw std::runtime_error(ok.err().to_string());
         checksum += got.versions.size();
       });
+      {  // the same lookups, up to 4 in flight on the connection
+        const auto t0 = bench_clock::now();
+        uint64_t keys_done = 0;
+        do {
+          auto ok = client->lookup_pipelined(
+              "bench", pipeline_batches,
+              [&](size_t, const client::rows& r) -> status {
+                checksum += r.versions.size();
+                return {};
+              },
+              4);
+          if (!ok) throw std::runtime_error(ok.err().to_string());
+          keys_done += uint64_t(batch) * pipeline_batches.size();
+        } while (std::chrono::duration<double>(bench_clock::now() - t0).count() <
+                 seconds / rounds);
+        pipelined.round_rates.push_back(
+            double(keys_done) / std::chrono::duration<double>(bench_clock::now() - t0).count());
+      }
       {  // about as long as the other rounds: the count follows the last rate
         const double took = loopback.stream(stream_count);
         wire_limit.round_rates.push_back(double(stream_count) * batch / took);
@@ -409,6 +433,8 @@ void run_serve_bench(const serve_bench_options& o, bench_report& report) {
                 in_process.keys_per_s()});
     report.add({"serve_keys_per_s_b" + b, served.keys_per_s(), "keys/s", "loopback_stream",
                 wire_limit.keys_per_s()});
+    report.add({"serve_pipelined_keys_per_s_b" + b, pipelined.keys_per_s(), "keys/s",
+                "loopback_stream", wire_limit.keys_per_s()});
     report.add({"serve_p50_us_b" + b, p50, "us", "redis_mget", red.percentile(0.5)});
     report.add({"serve_p99_us_b" + b, p99, "us", "redis_mget", red.percentile(0.99)});
     report.add({"serve_p999_us_b" + b, served.percentile(0.999), "us", "redis_mget",

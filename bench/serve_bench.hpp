@@ -17,7 +17,9 @@
 // (one request in flight), p50/p99 pool every request. Results: serve_keys_per_s_bB (baselines
 // redis_mget, dram_in_process, loopback_stream), serve_p50_us_bB /
 // serve_p99_us_bB / serve_p999_us_bB (baseline redis), serve_p99_over_p50_bB
-// (target 2). Batches draw keys uniformly from the
+// (target 2), serve_pipelined_keys_per_s_bB (the same lookups through
+// serving_client::lookup_pipelined, up to 4 in flight; baseline
+// loopback_stream). Batches draw keys uniformly from the
 // loaded rows; every row is cache-resident after the first pass.
 #pragma once
 

@@ -1,5 +1,8 @@
 #include "client/client.hpp"
 
+#include <algorithm>
+#include <deque>
+
 namespace strata::client {
 
 expected<serving_client> serving_client::connect(client_options options) {
@@ -95,6 +98,93 @@ status serving_client::lookup_into(const std::string& table, std::span<const uin
     return error(errc::corrupt_data, current_replica() + ": " +
                                          std::to_string(out.versions.size()) + " rows for " +
                                          std::to_string(keys.size()) + " keys");
+  return {};
+}
+
+status serving_client::lookup_pipelined(
+    const std::string& table, std::span<const std::vector<uint64_t>> batches,
+    const std::function<status(size_t, const rows&)>& on_rows, size_t depth) {
+  constexpr size_t max_unread_request_bytes = 64 * 1024;
+  depth = std::max<size_t>(depth, 1);
+  struct sent_request {
+    uint64_t id;
+    size_t bytes;
+  };
+  std::deque<sent_request> in_flight;
+  size_t in_flight_bytes = 0, next_send = 0, next_answer = 0;
+  std::string broken;  // why the connection was given up, if it was
+  while (next_answer < batches.size() && broken.empty()) {
+    if (!connected_) {
+      broken = "not connected";
+      break;
+    }
+    // Write what the window allows.
+    while (next_send < batches.size() && in_flight.size() < depth) {
+      const auto& keys = batches[next_send];
+      const size_t bytes = wire::header_bytes + 2 + table.size() + 4 + keys.size() * 8;
+      if (!in_flight.empty() && in_flight_bytes + bytes > max_unread_request_bytes) break;
+      payload_.clear();
+      wire::writer w(payload_);
+      w.text16(table);
+      w.u32(static_cast<uint32_t>(keys.size()));
+      w.raw(keys.data(), keys.size() * 8);
+      const uint64_t id = next_request_++;
+      if (auto sent = socket_.send(wire::frame_type::lookup, id, payload_); !sent) {
+        broken = sent.err().message();
+        break;
+      }
+      in_flight.push_back({id, bytes});
+      in_flight_bytes += bytes;
+      ++next_send;
+    }
+    if (!broken.empty() || in_flight.empty()) break;
+    // Read the oldest reply.
+    auto received = socket_.receive_rows_into(reply_, pipelined_rows_);
+    if (!received) {
+      broken = received.err().message();
+      break;
+    }
+    if (reply_.header.request != in_flight.front().id) {
+      broken = current_replica() + ": reply to another request";
+      break;
+    }
+    // Returning early leaves later replies unread: the connection goes.
+    auto drop = [&](error e) {
+      socket_ = wire::frame_socket();
+      connected_ = false;
+      return e;
+    };
+    if (reply_.header.type == wire::frame_type::error) {
+      auto e = wire::decode_error(reply_.payload);
+      if (!e) return drop(e.err());
+      return drop(error(static_cast<errc>(e->code), current_replica() + ": " + e->message));
+    }
+    if (reply_.header.type != wire::frame_type::rows ||
+        pipelined_rows_.versions.size() != batches[next_answer].size())
+      return drop(error(errc::corrupt_data, current_replica() + ": lookup " +
+                                           std::to_string(next_answer) + " of " +
+                                           std::to_string(batches.size()) +
+                                           " answered with frame type " +
+                                           std::to_string(int(reply_.header.type)) + " and " +
+                                           std::to_string(pipelined_rows_.versions.size()) +
+                                           " rows for " +
+                                           std::to_string(batches[next_answer].size()) + " keys"));
+    in_flight_bytes -= in_flight.front().bytes;
+    in_flight.pop_front();
+    if (auto ok = on_rows(next_answer, pipelined_rows_); !ok)
+      return in_flight.empty() ? ok.err() : drop(ok.err());
+    ++next_answer;
+  }
+  if (!broken.empty() && connected_) {
+    // Replies still in flight cannot be matched any more: a new connection.
+    socket_ = wire::frame_socket();
+    connected_ = false;
+  }
+  // The rest one at a time, with lookup_into's reconnect and failover.
+  for (; next_answer < batches.size(); ++next_answer) {
+    STRATA_TRY(lookup_into(table, batches[next_answer], pipelined_rows_));
+    STRATA_TRY(on_rows(next_answer, pipelined_rows_));
+  }
   return {};
 }
 

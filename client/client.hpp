@@ -21,6 +21,7 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <random>
 #include <span>
 #include <string>
@@ -52,6 +53,18 @@ class serving_client {
   expected<rows> lookup(const std::string& table, std::span<const uint64_t> keys);
   // The same into `out`, reusing its buffers (hot loops, the benchmark).
   status lookup_into(const std::string& table, std::span<const uint64_t> keys, rows& out);
+  // Several lookups on one connection, pipelined: up to `depth` requests
+  // (and at most 64 KiB of them past the first, so neither side can block
+  // on a full socket while the other does) are written before their
+  // replies are read; the server answers in order, so the client's and the
+  // server's work overlap. `on_rows(i, rows)` gets batch i's rows, in
+  // order (valid until it returns; an error from it stops the lookups). A
+  // broken connection drops what was in flight; the batches not yet
+  // answered go through lookup_into (which fails over to another replica).
+  status lookup_pipelined(const std::string& table,
+                          std::span<const std::vector<uint64_t>> batches,
+                          const std::function<status(size_t, const rows&)>& on_rows,
+                          size_t depth = 4);
   // Asks the serving node to bring keys into its cache; no rows back.
   status prefetch(const std::string& table, std::span<const uint64_t> keys);
   // Gradients for the keys' rows (keys.size() x dim, row-major; duplicate
@@ -96,6 +109,7 @@ class serving_client {
   std::mt19937_64 push_ids_{std::random_device{}()};
   wire::frame reply_;
   std::vector<std::byte> payload_;
+  rows pipelined_rows_;  // reused by lookup_pipelined
 };
 
 }  // namespace strata::client

@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "client/client.hpp"
 #include "client/frame_socket.hpp"
 #include "serving/binary_server.hpp"
 #include "serving/service.hpp"
@@ -126,6 +127,49 @@ TEST(ServingPipelining, ConcurrentPipelinedClientsEachGetTheirOwnRows) {
   }
   for (auto& t : threads) t.join();
   EXPECT_EQ(done.load(), clients);
+}
+
+// The client's pipelined lookups: every batch's rows, in order, at each
+// window depth; a refused batch (over max_request_keys) in the middle
+// fails the call naming it, and the client keeps working afterwards.
+TEST(ServingPipelining, ClientLookupPipelinedReturnsEveryBatchInOrder) {
+  pipelined_node n;
+  auto c = client::serving_client::connect({{{"127.0.0.1", n.binary->port()}}});
+  ASSERT_TRUE(c.has_value()) << c.err().to_string();
+  std::mt19937_64 rng(3);
+  std::vector<std::vector<uint64_t>> batches(40);
+  for (auto& b : batches) {
+    b.resize(rng() % 1500);  // up to 12 KB a request: the byte window binds too
+    for (auto& k : b) k = n.rows.keys[rng() % n.rows.keys.size()];
+  }
+  for (size_t depth : {1, 2, 8, 64}) {
+    size_t next = 0;
+    auto ok = c->lookup_pipelined(
+        "ads", batches,
+        [&](size_t i, const client::rows& r) -> status {
+          EXPECT_EQ(i, next++);
+          wire::rows_reply copy = r;
+          expect_rows(n.rows, batches[i], copy, i);
+          return {};
+        },
+        depth);
+    ASSERT_TRUE(ok.has_value()) << ok.err().to_string();
+    EXPECT_EQ(next, batches.size()) << "depth " << depth;
+  }
+  batches[5].assign(5000, n.rows.keys[0]);  // the service allows 4096 keys
+  size_t answered = 0;
+  auto refused = c->lookup_pipelined(
+      "ads", batches, [&](size_t, const client::rows&) -> status {
+        ++answered;
+        return {};
+      }, 8);
+  ASSERT_FALSE(refused.has_value());
+  EXPECT_NE(refused.err().message().find("max_request_keys"), std::string::npos)
+      << refused.err().message();
+  EXPECT_EQ(answered, 5u);
+  auto after = c->lookup("ads", batches[0]);
+  ASSERT_TRUE(after.has_value()) << after.err().to_string();
+  expect_rows(n.rows, batches[0], *after, 0);
 }
 
 }  // namespace
