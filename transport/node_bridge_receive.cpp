@@ -121,14 +121,15 @@ void node_bridge::impl::received(const void* header, size_t header_length, void*
     return;
   }
   // Eager: copied out of UCX's buffer in chunks, each checksummed while
-  // it is hot in cache (one pass over the bytes, not two); a frame whose
-  // checksum is wrong is refused before any of its bytes is used (the
-  // lengths were checked by check_arrival).
+  // it is in cache; a frame whose checksum is wrong is refused before any
+  // of its bytes is used (the lengths were checked by check_arrival).
+  // 256 KiB: smaller chunks measured slower (16 KiB: 15-25%, each CRC call
+  // combines its three chains), and an eager frame is one chunk.
   payload_bytes payload;
   payload.resize(length);
   const auto* in = static_cast<const std::byte*>(data);
   uint32_t crc = header_crc(*h);
-  constexpr size_t chunk = size_t{16} << 10;
+  constexpr size_t chunk = size_t{256} << 10;
   for (size_t off = 0; off < length; off += chunk) {
     const size_t n = std::min(chunk, length - off);
     std::memcpy(payload.data() + off, in + off, n);
