@@ -26,21 +26,8 @@ using namespace std::chrono_literals;
 
 constexpr uint32_t dim = 8;
 
-struct node {
-  testing::temp_dir dir;
-  testing::checkpoint_rows rows;
-  std::unique_ptr<serving_service> service;
-  std::unique_ptr<binary_server> binary;
-
-  node() {
-    rows = testing::write_test_checkpoint(dir.path() / "ckpt", "ads", dim, 2000, 2);
-    auto store = testing::open_test_store(dir.path(), dim);
-    if (!store) throw std::runtime_error("the test store did not open (see above)");
-    service = std::make_unique<serving_service>(service_limits{4096});
-    service->add_table(std::move(store));
-    binary = std::make_unique<binary_server>(*service);
-    EXPECT_TRUE(binary->start("127.0.0.1", 0).has_value());
-  }
+struct node : testing::served_test_table {
+  node() : served_test_table(dim) {}
   client::serving_client connect() {
     auto c = client::serving_client::connect({{{"127.0.0.1", binary->port()}}});
     EXPECT_TRUE(c.has_value()) << (c ? "" : c.err().to_string());

@@ -23,23 +23,7 @@ namespace {
 
 constexpr uint32_t dim = 8;
 
-struct pipelined_node {
-  testing::temp_dir dir;
-  testing::checkpoint_rows rows;
-  std::unique_ptr<serving_service> service;
-  std::unique_ptr<binary_server> binary;
-
-  pipelined_node() {
-    rows = testing::write_test_checkpoint(dir.path() / "ckpt", "ads", dim, 2000, 2);
-    auto store = testing::open_test_store(dir.path(), dim);
-    if (!store) throw std::runtime_error("the test store did not open (see above)");
-    service = std::make_unique<serving_service>(service_limits{4096});
-    service->add_table(std::move(store));
-    binary = std::make_unique<binary_server>(*service);
-    auto ok = binary->start("127.0.0.1", 0);
-    if (!ok) throw std::runtime_error(ok.err().to_string());
-  }
-};
+using pipelined_node = testing::served_test_table;
 
 // One lookup frame of `keys` in `table`, appended to `out`.
 void append_lookup(std::vector<std::byte>& out, uint64_t id, const std::string& table,
@@ -93,7 +77,7 @@ void pipeline_round(const pipelined_node& n, wire::frame_socket& s, std::mt19937
 }
 
 TEST(ServingPipelining, SeveralRequestsWrittenBeforeAnyReplyAreAnsweredInOrder) {
-  pipelined_node n;
+  pipelined_node n(dim);
   auto s = wire::frame_socket::connect({"127.0.0.1", n.binary->port()});
   ASSERT_TRUE(s.has_value()) << s.err().to_string();
   std::mt19937_64 rng(7);
@@ -108,7 +92,7 @@ TEST(ServingPipelining, SeveralRequestsWrittenBeforeAnyReplyAreAnsweredInOrder) 
 }
 
 TEST(ServingPipelining, ConcurrentPipelinedClientsEachGetTheirOwnRows) {
-  pipelined_node n;
+  pipelined_node n(dim);
   constexpr int clients = 8;
   std::vector<std::thread> threads;
   std::atomic<int> done{0};
@@ -133,7 +117,7 @@ TEST(ServingPipelining, ConcurrentPipelinedClientsEachGetTheirOwnRows) {
 // window depth; a refused batch (over max_request_keys) in the middle
 // fails the call naming it, and the client keeps working afterwards.
 TEST(ServingPipelining, ClientLookupPipelinedReturnsEveryBatchInOrder) {
-  pipelined_node n;
+  pipelined_node n(dim);
   auto c = client::serving_client::connect({{{"127.0.0.1", n.binary->port()}}});
   ASSERT_TRUE(c.has_value()) << c.err().to_string();
   std::mt19937_64 rng(3);

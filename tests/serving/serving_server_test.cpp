@@ -52,21 +52,10 @@ bool eventually(F&& done, std::chrono::milliseconds deadline = 20s) {
   return done();
 }
 
-struct node {
-  testing::temp_dir dir;
-  testing::checkpoint_rows rows;
-  std::unique_ptr<serving_service> service;
-  std::unique_ptr<binary_server> binary;
+struct node : testing::served_test_table {
   std::unique_ptr<http_server> http;
 
-  node() {
-    rows = testing::write_test_checkpoint(dir.path() / "ckpt", "ads", dim, 2000, 2);
-    auto store = testing::open_test_store(dir.path(), dim);
-    if (!store) throw std::runtime_error("the test store did not open (see above)");
-    service = std::make_unique<serving_service>(service_limits{4096});
-    service->add_table(std::move(store));
-    binary = std::make_unique<binary_server>(*service);
-    EXPECT_TRUE(binary->start("127.0.0.1", 0).has_value());
+  node() : served_test_table(dim) {
     http = std::make_unique<http_server>(*service, 64 * 1024);
     EXPECT_TRUE(http->start("127.0.0.1", 0).has_value());
   }

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <stdexcept>
 
 #include "actors/checkpoint.hpp"
 #include "common/file_manifest.hpp"
@@ -104,6 +105,17 @@ std::unique_ptr<serving::serving_store> open_test_store(const fs::path& dir, uin
   auto loaded = (*store)->load_checkpoint(dir / "ckpt");
   EXPECT_TRUE(loaded.has_value()) << (loaded ? "" : loaded.err().to_string());
   return std::move(*store);
+}
+
+served_test_table::served_test_table(uint32_t dim, uint32_t row_count) {
+  rows = write_test_checkpoint(dir.path() / "ckpt", "ads", dim, row_count, 2);
+  auto store = open_test_store(dir.path(), dim);
+  if (!store) throw std::runtime_error("the test store did not open (see above)");
+  service = std::make_unique<serving::serving_service>(serving::service_limits{4096});
+  service->add_table(std::move(store));
+  binary = std::make_unique<serving::binary_server>(*service);
+  if (auto ok = binary->start("127.0.0.1", 0); !ok)
+    throw std::runtime_error("the binary server did not start: " + ok.err().to_string());
 }
 
 }  // namespace strata::testing

@@ -9,7 +9,10 @@
 #include <string>
 #include <vector>
 
+#include "serving/binary_server.hpp"
+#include "serving/service.hpp"
 #include "serving/serving_store.hpp"
+#include "tests/tiers/test_util.hpp"
 #include "tiers/row.hpp"
 
 namespace strata::testing {
@@ -41,5 +44,17 @@ std::string serving_manifest(const std::string& table, uint32_t dim,
 // checkpoint dir/ckpt into it; failures are test failures (null returned).
 std::unique_ptr<serving::serving_store> open_test_store(const std::filesystem::path& dir,
                                                         uint32_t dim);
+
+// Table "ads" served over the binary protocol on 127.0.0.1 (any port):
+// a checkpoint of `rows` keys over 2 shard copies written under a temp dir,
+// opened with open_test_store, a service taking up to 4096 keys a request.
+// A failure to open or to listen throws (the test fails naming it).
+struct served_test_table {
+  explicit served_test_table(uint32_t dim, uint32_t rows = 2000);
+  temp_dir dir;
+  checkpoint_rows rows;
+  std::unique_ptr<serving::serving_service> service;
+  std::unique_ptr<serving::binary_server> binary;
+};
 
 }  // namespace strata::testing
