@@ -81,6 +81,12 @@ row_layout layout_of(const checkpoint_meta& meta) {
 
 using namespace checkpoint_impl;
 
+expected<std::unique_ptr<lmdb_tier>> open_checkpoint_shard(const fs::path& dir,
+                                                           const checkpoint_meta& meta,
+                                                           uint32_t shard) {
+  return lmdb_tier::open(layout_of(meta), read_only_config(shard_checkpoint_dir(dir, shard), meta));
+}
+
 namespace {
 
 constexpr const char* name_prefix = "ckpt-";
@@ -443,7 +449,7 @@ expected<verify_report> verify_checkpoint(const fs::path& dir, const table_confi
     const fs::path shard_dir = shard_checkpoint_dir(dir, s);
     auto state = read_shard_state(shard_dir);
     if (!state) return state.err();
-    auto tier = lmdb_tier::open(layout_of(*meta), read_only_config(shard_dir, *meta));
+    auto tier = open_checkpoint_shard(dir, *meta, s);
     if (!tier) return tier.err();
     uint64_t rows = 0;
     auto scanned = (*tier)->dump([&](uint64_t, const std::byte*) { ++rows; });

@@ -25,12 +25,14 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "actors/config.hpp"
 #include "common/error.hpp"
+#include "tiers/lmdb_tier.hpp"
 #include "tiers/table.hpp"
 
 namespace strata::actors {
@@ -73,6 +75,13 @@ expected<void> write_checkpoint_meta(const std::filesystem::path& dir, const che
 // Errors name the CHECKPOINT file and the line; a CHECKPOINT that does not
 // match its FILES entry is a checksum mismatch (as in verify_checkpoint).
 expected<checkpoint_meta> read_checkpoint_meta(const std::filesystem::path& dir);
+
+// Shard copy `shard` of checkpoint `dir` (whose CHECKPOINT is `meta`), opened
+// read-only (only its committed pages mapped) with the checkpoint's row
+// layout: what verify, serving's load and key listing read.
+expected<std::unique_ptr<lmdb_tier>> open_checkpoint_shard(const std::filesystem::path& dir,
+                                                           const checkpoint_meta& meta,
+                                                           uint32_t shard);
 
 // Writes `bytes` to `file` and fsyncs it; errors name the file.
 expected<void> write_file_synced(const std::filesystem::path& file, const void* bytes, size_t size);

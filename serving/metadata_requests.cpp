@@ -34,14 +34,8 @@ expected<std::vector<uint64_t>> checkpoint_keys(const fs::path& dir, const std::
     return error(errc::not_found, checkpoint.string() + ": unknown table '" + table +
                                       "' (the checkpoint holds: " + meta->table + ")");
   std::vector<uint64_t> out;
-  const row_layout layout{meta->dim, meta->optimizer, meta->with_state};
   for (uint32_t shard = 0; shard < meta->shard_rows.size() && out.size() < limit; ++shard) {
-    lmdb_tier_config c;
-    c.directory = actors::shard_checkpoint_dir(checkpoint, shard);
-    c.table = meta->table;
-    c.partitions = meta->partitions;
-    c.read_only = true;
-    auto tier = lmdb_tier::open(layout, c);
+    auto tier = actors::open_checkpoint_shard(checkpoint, *meta, shard);
     if (!tier) return tier.err();
     STRATA_TRY(first_keys(**tier, meta->partitions, limit - static_cast<uint32_t>(out.size()), out));
   }

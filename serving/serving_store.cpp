@@ -275,7 +275,6 @@ status serving_store::load_checkpoint(const fs::path& dir) {
                                             std::to_string(s.layout.dim));
   if (!fs::exists(dir / file_manifest_name))
     return error(errc::corrupt_data, dir.string() + " has no FILES: an incomplete checkpoint");
-  const row_layout source_layout{meta->dim, meta->optimizer, meta->with_state};
   // Warm-up candidates: a min-heap of (freq, key) holding the top warmup_keys.
   using entry = std::pair<uint32_t, uint64_t>;
   std::priority_queue<entry, std::vector<entry>, std::greater<>> top;
@@ -290,12 +289,7 @@ status serving_store::load_checkpoint(const fs::path& dir) {
     return {};
   };
   for (uint32_t shard = 0; shard < shards; ++shard) {
-    lmdb_tier_config c;
-    c.directory = actors::shard_checkpoint_dir(dir, shard);
-    c.table = meta->table;
-    c.partitions = meta->partitions;
-    c.read_only = true;
-    auto source = lmdb_tier::open(source_layout, c);
+    auto source = actors::open_checkpoint_shard(dir, *meta, shard);
     if (!source) return source.err();
     status inner;
     STRATA_TRY((*source)->dump([&](uint64_t key, const std::byte* record) {
