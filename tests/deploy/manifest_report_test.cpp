@@ -11,41 +11,19 @@
 
 #include "deploy/manifest.hpp"
 #include "deploy/manifest_warnings.hpp"
+#include "tests/deploy/manifest_lines.hpp"
 #include "tests/tiers/test_util.hpp"
 
 namespace strata::deploy {
 namespace {
 
-const std::vector<std::string> base_lines = {
-    "name: t",                 // 1
-    "mode: async",             // 2
-    "shards:",                 // 3
-    "  count: 2",              // 4
-    "  dram_bytes: 64MiB",     // 5
-    "  ssd_path: /tmp/state",  // 6
-    "caches:",                 // 7
-    "  count: 1",              // 8
-    "  staleness: 8",          // 9
-    "workers:",                // 10
-    "  count: 2",              // 11
-    "  prefetch_depth: 2",     // 12
-    "  max_in_flight: 2",      // 13
-    "data:",                   // 14
-    "  path: /tmp/d.tsv",      // 15
-};
+using manifest_lines::error_of;
 
 std::string text_with(std::vector<std::pair<size_t, std::string>> edits,
                       const std::string& more = "") {
-  auto lines = base_lines;
+  auto lines = manifest_lines::base_lines;
   for (const auto& [line, text] : edits) lines.at(line - 1) = text;
-  std::string out;
-  for (const auto& l : lines) out += l + "\n";
-  return out + more;
-}
-
-std::string error_of(const std::string& text) {
-  auto m = parse_manifest(text, "m.yaml");
-  return m ? std::string() : m.err().message();
+  return manifest_lines::text_of(lines) + more;
 }
 
 bool holds(const std::string& text, const std::string& part) {

@@ -10,36 +10,15 @@
 #include <string>
 #include <vector>
 
+#include "tests/deploy/manifest_lines.hpp"
 #include "tests/tiers/test_util.hpp"
 
 namespace strata::deploy {
 namespace {
 
-// A small valid manifest; tests replace single lines (1-based) so the
-// expected line numbers are plain to see.
-const std::vector<std::string> base_lines = {
-    "name: t",                 // 1
-    "mode: async",             // 2
-    "shards:",                 // 3
-    "  count: 2",              // 4
-    "  dram_bytes: 64MiB",     // 5
-    "  ssd_path: /tmp/state",  // 6
-    "caches:",                 // 7
-    "  count: 1",              // 8
-    "  staleness: 8",          // 9
-    "workers:",                // 10
-    "  count: 2",              // 11
-    "  prefetch_depth: 2",     // 12
-    "  max_in_flight: 2",      // 13
-    "data:",                   // 14
-    "  path: /tmp/d.tsv",      // 15
-};
-
-std::string text_of(const std::vector<std::string>& lines) {
-  std::string out;
-  for (const auto& l : lines) out += l + "\n";
-  return out;
-}
+using manifest_lines::base_lines;
+using manifest_lines::error_of;
+using manifest_lines::text_of;
 
 std::string with_line(size_t line, const std::string& replacement) {
   auto lines = base_lines;
@@ -48,12 +27,6 @@ std::string with_line(size_t line, const std::string& replacement) {
 }
 
 std::string appended(const std::string& more) { return text_of(base_lines) + more; }
-
-// Parses `text` as "m.yaml" and returns the error message ("" if it parsed).
-std::string error_of(const std::string& text) {
-  auto m = parse_manifest(text, "m.yaml");
-  return m ? std::string() : m.err().message();
-}
 
 #define EXPECT_ERROR(text, fragment)                     \
   do {                                                   \
