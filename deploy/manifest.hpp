@@ -68,6 +68,9 @@ struct node_settings {
   uint16_t metrics_port = 0;
   uint16_t admin_port = 0;
   uint16_t updates_port = 0;  // this node's update publisher (`updates`; 0: updates.port)
+  // May join the running cluster later (`strata node --node NAME` on its
+  // host); hosts nothing at start, and the others neither dial nor wait for it.
+  bool standby = false;
 };
 
 // `transport`: the UCX transport between nodes (transport/node_bridge.hpp).

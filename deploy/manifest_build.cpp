@@ -27,12 +27,17 @@ manifest build(const raw_manifest& r, const std::string& file) {
   m.placement = r.placement;
   m.transport = r.transport;
   m.gateway = r.gateway;
-  // Who hosts what: listed names, else dealt round-robin over the nodes.
+  // Who hosts what: listed names, else dealt round-robin over the nodes
+  // that start (a standby node hosts nothing until a scale places shards on it).
   if (!r.nodes.empty()) {
-    auto resolve = [&r](const std::vector<std::string>& listed, uint32_t count) {
+    std::vector<std::string> starting;
+    for (const auto& n : r.nodes)
+      if (!n.standby) starting.push_back(n.name);
+    if (starting.empty()) starting.push_back(r.nodes.front().name);  // refused by the rules
+    auto resolve = [&starting](const std::vector<std::string>& listed, uint32_t count) {
       if (!listed.empty()) return listed;
       std::vector<std::string> out;
-      for (uint32_t i = 0; i < count; ++i) out.push_back(r.nodes[i % r.nodes.size()].name);
+      for (uint32_t i = 0; i < count; ++i) out.push_back(starting[i % starting.size()]);
       return out;
     };
     m.shard_nodes = resolve(r.placement, r.shard_count);

@@ -93,6 +93,18 @@ void check_rules(const raw_manifest& r, diagnostics& diag) {
     const std::string path = "nodes[" + std::to_string(i) + "]";
     if (!n.name.empty() && !node_names.insert(n.name).second)
       diag.fail(r.node_marks[i], path + ".name", "duplicate node name \"" + n.name + "\"");
+    // A standby node joins a running cluster (docs/multi-node.md, "Nodes
+    // that join later"): the cluster must start without it.
+    if (n.standby && i == 0)
+      diag.fail_at(path + ".standby",
+                   "node \"" + n.name +
+                       "\" is the first node, which runs the coordinator: it cannot be standby "
+                       "(list a standby node after it)");
+    if (n.standby && n.transport_port == 0)
+      diag.fail(r.node_marks[i], path + ".transport_port",
+                "standby node \"" + n.name +
+                    "\" needs a fixed transport port (its peers accept it there, and it dials "
+                    "them from it)");
     if (n.dram_bytes != 0 && n.dram_bytes < r.dram.capacity_bytes)
       diag.fail(r.node_marks[i], path + ".dram_bytes",
                 "node budget " + format_size(n.dram_bytes) + " cannot hold one shard's " +
@@ -102,15 +114,24 @@ void check_rules(const raw_manifest& r, diagnostics& diag) {
   // on it look unknown.
   const bool all_named = std::all_of(r.nodes.begin(), r.nodes.end(),
                                      [](const node_settings& n) { return !n.name.empty(); });
+  std::set<std::string> standby_names;
+  for (const auto& n : r.nodes)
+    if (n.standby) standby_names.insert(n.name);
   auto check_placement = [&](const std::vector<std::string>& names,
                              const std::vector<std::pair<std::string, YAML::Mark>>& marks,
                              const std::string& what, const std::string& section,
                              uint32_t count) {
-    for (size_t i = 0; i < names.size(); ++i)
+    for (size_t i = 0; i < names.size(); ++i) {
       if (all_named && !node_names.count(names[i]))
         diag.fail(marks[i].second, marks[i].first,
                   what + " " + std::to_string(i) + " placed on unknown node \"" + names[i] + "\"" +
                       (r.nodes.empty() ? " (the manifest has no nodes list)" : ""));
+      else if (standby_names.count(names[i]))
+        diag.fail(marks[i].second, marks[i].first,
+                  what + " " + std::to_string(i) + " placed on standby node \"" + names[i] +
+                      "\": a standby node hosts nothing at start (once it joined, strata scale "
+                      "--placement can put shards on it)");
+    }
     if (!names.empty() && names.size() != count)
       diag.fail_at(section + ".placement", "names " + std::to_string(names.size()) +
                                                " nodes for " + section + ".count " +

@@ -317,6 +317,7 @@ void read_nodes(section& top, raw_manifest& r) {
     n.unsigned_int("metrics_port", node.metrics_port);
     n.unsigned_int("admin_port", node.admin_port);
     n.unsigned_int("updates_port", node.updates_port);
+    n.boolean("standby", node.standby);
     n.finish();
     r.nodes.push_back(node);
     r.node_marks.push_back(mark);

@@ -61,6 +61,12 @@ std::string edit(size_t line, const std::string& text) {
   return out;
 }
 
+std::string replace_once(std::string text, const std::string& from, const std::string& to) {
+  const auto at = text.find(from);
+  if (at != std::string::npos) text.replace(at, from.size(), to);
+  return text;
+}
+
 struct bad_manifest {
   std::string name;
   std::string text;
@@ -89,7 +95,7 @@ std::vector<bad_manifest> table() {
        "m.yaml:13: shards.dram_bytes: expected a size like 64MiB, got \"lots\"", true},
       {"node_without_host", edit(8, "    hostname: 127.0.0.1"),
        "m.yaml:8: nodes[1].hostname: unknown key (expected one of: admin_port, devices, "
-       "dram_bytes, host, metrics_port, name, ssd_path, transport_port, updates_port)",
+       "dram_bytes, host, metrics_port, name, ssd_path, standby, transport_port, updates_port)",
        true},
       {"bad_placement", edit(12, "  placement: packed"),
        "m.yaml:12: shards.placement: expected \"spread\" or a list of node names, got \"packed\"",
@@ -116,6 +122,19 @@ std::vector<bad_manifest> table() {
        true},
       {"cluster_secret_without_file", edit(27, "  create_if_missing: true"),
        "m.yaml:26: cluster_secret.file: required field missing", true},
+      // Standby nodes (issue 19): the cluster starts without them.
+      {"coordinator_standby", edit(6, "    standby: true\n    transport_port: 7100"),
+       "m.yaml:6: nodes[0].standby: node \"n0\" is the first node, which runs the coordinator: "
+       "it cannot be standby (list a standby node after it)",
+       false},
+      {"shard_on_standby_node", edit(9, "    standby: true\n    transport_port: 7100"),
+       "m.yaml:13: shards.placement[1]: shard 1 placed on standby node \"n1\": a standby node "
+       "hosts nothing at start (once it joined, strata scale --placement can put shards on it)",
+       false},
+      {"standby_without_transport_port",
+       replace_once(edit(9, "    standby: true"), "placement: [n0, n1]", "placement: [n0, n0]"),
+       "m.yaml:7: nodes[1].transport_port: standby node \"n1\" needs a fixed transport port",
+       false},
   };
 }
 
@@ -130,6 +149,25 @@ TEST(ManifestTable, EveryMalformedManifestGetsItsExactError) {
     EXPECT_NE(m.err().message().find(bad.error), std::string::npos)
         << bad.name << ": expected\n  " << bad.error << "\nin\n  " << m.err().message();
   }
+}
+
+// A standby node (issue 19): parsed, and left out when shards, cache tiers
+// and workers are dealt over the nodes at start.
+const std::string standby_text = replace_once(
+    edit(9, "    admin_port: 7071\n  - name: n2\n    host: 127.0.0.1\n    transport_port: 7100\n"
+            "    standby: true"),
+    "placement: [n0, n1]", "placement: spread");
+
+TEST(ManifestTable, StandbyNodeIsParsedAndHostsNothingAtStart) {
+  auto m = parse_manifest(standby_text, "m.yaml");
+  ASSERT_TRUE(m) << m.err().message();
+  ASSERT_EQ(m->nodes.size(), 3u);
+  EXPECT_FALSE(m->nodes[0].standby);
+  EXPECT_FALSE(m->nodes[1].standby);
+  EXPECT_TRUE(m->nodes[2].standby);
+  EXPECT_EQ(m->shard_nodes, (std::vector<std::string>{"n0", "n1"}));
+  EXPECT_EQ(m->cache_nodes, (std::vector<std::string>{"n0"}));
+  EXPECT_EQ(m->worker_nodes, (std::vector<std::string>{"n0", "n1"}));
 }
 
 // Runs the schema checker over files; file -> "valid" / "invalid: ...".
@@ -206,6 +244,12 @@ TEST(ManifestSchema, ValidatorAndSchemaGiveTheSameVerdicts) {
   validator_valid[serving_file] = static_cast<bool>(parse_manifest(serving_text, "serving.yaml"));
   EXPECT_TRUE(validator_valid[serving_file]);
   compared[serving_file] = true;
+  const std::string standby_file = (dir.path() / "standby.yaml").string();
+  std::ofstream(standby_file) << standby_text;
+  files.push_back(standby_file);
+  validator_valid[standby_file] = static_cast<bool>(parse_manifest(standby_text, "standby.yaml"));
+  EXPECT_TRUE(validator_valid[standby_file]);
+  compared[standby_file] = true;
   for (const auto& bad : table()) {
     const std::string f = (dir.path() / (bad.name + ".yaml")).string();
     std::ofstream(f) << bad.text;
