@@ -52,4 +52,9 @@ void add_serve_command(CLI::App& app, int& exit_code);
 // HOST:PORT`: keys users can look up (deploy/key_command.cpp).
 void add_key_commands(CLI::App& app, int& exit_code);
 
+// `strata plan --keys K --dim D --optimizer O [...]`: nodes per tier, SSD,
+// IOPS, network and time per epoch from the bench figures
+// (deploy/capacity_plan.hpp, docs/capacity.md).
+void add_plan_command(CLI::App& app, int& exit_code);
+
 }  // namespace strata::cli

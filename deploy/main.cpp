@@ -50,6 +50,7 @@ int main(int argc, char** argv) {
   strata::cli::add_key_commands(app, exit_code);
   strata::cli::add_admin_commands(app, exit_code);
   strata::cli::add_render_command(app, exit_code);
+  strata::cli::add_plan_command(app, exit_code);
 
   // An allocation that fails on the command's own thread (a start the
   // memory check did not foresee) is a named error, not an abort.
