@@ -57,6 +57,8 @@ struct lmdb_tier_stats {
   uint64_t transactions = 0;
   uint64_t tombstones_written = 0;
   uint64_t stale_rows_skipped = 0;  // rows not stored: the stored copy was newer
+  uint64_t read_transactions = 0;   // lookups that opened a read transaction
+  uint64_t staged_hits = 0;         // keys a lookup served from staged reads (no transaction)
 };
 
 class lmdb_tier final : public row_store {
@@ -92,6 +94,18 @@ class lmdb_tier final : public row_store {
   status copy_compacted(const std::filesystem::path& destination);
   const std::filesystem::path& path() const;
   const lmdb_tier_stats& stats() const;
+
+  // Staged reads: rows another handle of this table read off the owner's
+  // thread (the shard's reader) wait here until a lookup asks for them;
+  // lookup() serves a staged key without a read transaction and drops it.
+  // record == nullptr stages "not stored" (the lookup reports a miss). The
+  // owner unstages keys whose stored copy may have changed since the read
+  // (a flush landed); writes through this handle unstage their keys.
+  void stage(uint64_t key, const std::byte* record);
+  void unstage(std::span<const uint64_t> keys);
+  void clear_staged();
+  bool is_staged(uint64_t key) const;
+  size_t staged_rows() const;
 
   // For tests: runs a write transaction that writes `keys` and then aborts.
   status write_then_abort(std::span<const uint64_t> keys, const_rows_span rows);

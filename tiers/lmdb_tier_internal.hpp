@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "common/flat_map.hpp"
 #include "common/hash.hpp"
 #include "common/io_env.hpp"
 #include "tiers/lmdb_tier.hpp"
@@ -160,6 +161,22 @@ struct lmdb_tier::impl {
   std::vector<std::byte> scratch_row;  // decoded tombstones land here
   std::vector<uint32_t> batch_misses;
   std::vector<MDB_val> found_values;  // per sorted lookup entry
+
+  // Staged reads (lmdb_tier::stage): key -> slot of staged_records;
+  // staged_present[slot] = 0 for a key staged as not stored.
+  flat_map<uint32_t> staged;
+  std::vector<std::byte> staged_records;
+  std::vector<uint8_t> staged_present;
+  std::vector<uint32_t> staged_free;
+  std::vector<uint64_t> unstaged_keys;  // lookup scratch: keys left for LMDB
+  std::vector<uint32_t> unstaged_at, unstaged_misses;
+  std::vector<std::byte> unstaged_rows;
+  void unstage(uint64_t key) {
+    if (const uint32_t* slot = staged.find(key)) {
+      staged_free.push_back(*slot);
+      staged.erase(key);
+    }
+  }
 
   ~impl();
 

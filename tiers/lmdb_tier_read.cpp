@@ -3,6 +3,7 @@
 #include <lmdb.h>
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 
 #include "tiers/lmdb_tier.hpp"
@@ -152,8 +153,101 @@ status lmdb_tier::impl::scan(MDB_cursor_op first, uint32_t partition, More more,
 
 status lmdb_tier::lookup(std::span<const uint64_t> keys, rows_span out,
                          std::vector<uint32_t>& misses) {
-  return impl_->lookup(keys, out, misses);
+  impl& m = *impl_;
+  if (m.staged.empty()) {
+    if (!keys.empty()) ++m.stats.read_transactions;
+    return m.lookup(keys, out, misses);
+  }
+  // Staged keys are served from their staged copy; the rest are read in
+  // one transaction. A key repeated in the batch is served from the same
+  // staged copy, so the staged entries are dropped only at the end.
+  const size_t rb = m.layout.record_bytes();
+  auto& left = m.unstaged_keys;
+  auto& left_at = m.unstaged_at;
+  left.clear();
+  left_at.clear();
+  const size_t misses_before = misses.size();
+  for (uint32_t i = 0; i < keys.size(); ++i) {
+    const uint32_t* slot = m.staged.find(keys[i]);
+    if (slot == nullptr) {
+      left.push_back(keys[i]);
+      left_at.push_back(i);
+      continue;
+    }
+    ++m.stats.staged_hits;
+    if (m.staged_present[*slot]) {
+      std::memcpy(out[i], m.staged_records.data() + size_t{*slot} * rb, rb);
+      ++m.stats.hits;
+    } else {
+      misses.push_back(i);
+      ++m.stats.misses;
+    }
+  }
+  if (!left.empty()) {
+    // Read into the caller's rows at their own positions: one row per
+    // position, so the rows of the left keys are read into a packed span
+    // and moved only when the batch is mixed.
+    auto& left_misses = m.unstaged_misses;
+    left_misses.clear();
+    ++m.stats.read_transactions;
+    if (left.size() == keys.size()) {
+      STRATA_TRY(m.lookup(left, out, left_misses));
+      misses.insert(misses.end(), left_misses.begin(), left_misses.end());
+    } else {
+      auto& rows = m.unstaged_rows;
+      rows.resize(left.size() * rb);
+      STRATA_TRY(m.lookup(left, {rows.data(), rb}, left_misses));
+      size_t j = 0;
+      for (size_t i = 0; i < left.size(); ++i) {
+        if (j < left_misses.size() && left_misses[j] == i) {
+          misses.push_back(left_at[i]);
+          ++j;
+          continue;
+        }
+        std::memcpy(out[left_at[i]], rows.data() + i * rb, rb);
+      }
+    }
+  }
+  std::sort(misses.begin() + static_cast<std::ptrdiff_t>(misses_before), misses.end());
+  for (uint64_t k : keys) m.unstage(k);
+  return {};
 }
+
+void lmdb_tier::stage(uint64_t key, const std::byte* record) {
+  impl& m = *impl_;
+  const size_t rb = m.layout.record_bytes();
+  uint32_t slot;
+  if (const uint32_t* at = m.staged.find(key)) {
+    slot = *at;
+  } else {
+    if (!m.staged_free.empty()) {
+      slot = m.staged_free.back();
+      m.staged_free.pop_back();
+    } else {
+      slot = static_cast<uint32_t>(m.staged_present.size());
+      m.staged_present.push_back(0);
+      m.staged_records.resize(m.staged_records.size() + rb);
+    }
+    m.staged.try_emplace(key, slot);
+  }
+  m.staged_present[slot] = record != nullptr;
+  if (record != nullptr) std::memcpy(m.staged_records.data() + size_t{slot} * rb, record, rb);
+}
+
+void lmdb_tier::unstage(std::span<const uint64_t> keys) {
+  if (impl_->staged.empty()) return;
+  for (uint64_t k : keys) impl_->unstage(k);
+}
+
+void lmdb_tier::clear_staged() {
+  impl_->staged.clear();
+  impl_->staged_free.clear();
+  impl_->staged_present.clear();
+  impl_->staged_records.clear();
+}
+
+bool lmdb_tier::is_staged(uint64_t key) const { return impl_->staged.contains(key); }
+size_t lmdb_tier::staged_rows() const { return impl_->staged.size(); }
 
 status lmdb_tier::dump(const row_visitor& visit) {
   return impl_->scan(

@@ -115,6 +115,7 @@ status lmdb_tier::impl::write_sorted(write_kind kind, const_rows_span rows,
 status lmdb_tier::store(std::span<const uint64_t> keys, const_rows_span rows, bool /*dirty*/,
                         row_buffer& /*spilled*/) {
   if (keys.empty()) return {};
+  unstage(keys);  // a staged read of these keys is older than this write
   impl_->sort_batch(keys, /*dedupe=*/true);
   return impl_->write_sorted(impl::write_kind::rows, rows, {}, false);
 }
@@ -133,12 +134,14 @@ status lmdb_tier::store_tombstones(std::span<const uint64_t> keys,
                                              " tombstone versions for " + impl_->where};
   }
   if (keys.empty()) return {};
+  unstage(keys);
   impl_->sort_batch(keys, /*dedupe=*/true);
   return impl_->write_sorted(impl::write_kind::tombstones, {}, versions, false);
 }
 
 status lmdb_tier::erase(std::span<const uint64_t> keys) {
   if (keys.empty()) return {};
+  unstage(keys);
   impl_->sort_batch(keys, /*dedupe=*/true);
   return impl_->write_sorted(impl::write_kind::erase, {}, {}, false);
 }
