@@ -76,11 +76,13 @@ caf::error push_local(shard_pointer self, const push_request& req, push_reply& r
 
 shard_actor::behavior_type shard_behavior(shard_pointer self, shard_config config,
                                           std::shared_ptr<std::unique_ptr<tier_chain>> chain,
-                                          ssd_flush_actor flusher) {
+                                          ssd_flush_actor flusher, shard_reader_actor reader) {
   auto& st = self->state;
   st.config = std::move(config);
   st.chain = std::move(*chain);
   st.flusher = flusher;
+  st.reader = reader;
+  st.probe = row_buffer(st.config.table.layout);
   st.read_timer = std::make_unique<lmdb_read_timer>(st.config.clock, &st.metrics.lmdb_read);
   st.chain->set_observer(st.read_timer.get());
   // A restored shard: the TTL clock and admission sketch of the checkpoint.
@@ -89,15 +91,12 @@ shard_actor::behavior_type shard_behavior(shard_pointer self, shard_config confi
       sketch && st.config.restored_sketch.size() == sketch->counters().size())
     sketch->load(st.config.restored_sketch);
   self->link_to(flusher);
+  self->link_to(reader);
   const row_layout layout = st.config.table.layout;
   return {
       [self, layout](pull_atom, const std::vector<uint64_t>& keys) -> caf::result<pull_reply> {
         if (self->state.fatal) return self->state.fatal;
-        if (all_keys_local(self->state)) {
-          pull_reply reply;
-          if (auto err = pull_local(self, keys, reply)) return err;
-          return reply;
-        }
+        if (all_keys_local(self->state)) return pull_async(self, keys);
         auto split = split_keys(self->state, keys);
         if (split.remote.empty()) {
           pull_reply reply;
@@ -143,6 +142,7 @@ shard_actor::behavior_type shard_behavior(shard_pointer self, shard_config confi
                                  "push of " + std::to_string(req.keys.size()) + " keys carries " +
                                      std::to_string(req.grads.size()) + " floats, expected dim " +
                                      std::to_string(layout.dim) + " each");
+        settle_parked(self, req.keys);
         if (all_keys_local(self->state)) {
           push_reply reply;
           if (auto err = push_local(self, req, reply)) return err;
@@ -188,6 +188,7 @@ shard_actor::behavior_type shard_behavior(shard_pointer self, shard_config confi
         if (self->state.fatal) return self->state.fatal;
         if (!well_formed(rows, layout))
           return caf::make_error(caf::sec::runtime_error, "malformed write-back batch");
+        settle_parked(self, rows.keys);
         auto split = split_keys(self->state, rows.keys);
         const size_t rb = layout.record_bytes();
         auto sub = [&rows, rb](const std::vector<uint32_t>& at) {
@@ -241,11 +242,8 @@ shard_actor::behavior_type shard_behavior(shard_pointer self, shard_config confi
         touch(self->state, keys);
         ++self->state.metrics.prefetch_requests;
         self->state.metrics.prefetch_rows += keys.size();
-        auto& scratch = self->state.prefetch_scratch;
-        scratch.resize(keys.size() * layout.record_bytes());
-        auto s = self->state.chain->lookup(keys, {scratch.data(), layout.record_bytes()}, nullptr);
-        if (!s) caf::aout(self) << "strata: prefetch failed: " << s.err().to_string() << "\n";
-        maybe_flush(self);
+        // The cold keys are read off this thread and installed when read.
+        prefetch_async(self, keys);
       },
       [self](tick_atom, uint32_t tick) {
         if (self->state.fatal) return;
@@ -255,6 +253,7 @@ shard_actor::behavior_type shard_behavior(shard_pointer self, shard_config confi
       },
       [self, layout](drain_atom) -> caf::result<ok_atom> {
         if (self->state.fatal) return self->state.fatal;
+        settle_all_parked(self);
         auto& st = self->state;
         // Every dirty DRAM row joins the write-behind queue, then all of it
         // is flushed; the reply comes once LMDB is synced.
@@ -272,6 +271,7 @@ shard_actor::behavior_type shard_behavior(shard_pointer self, shard_config confi
       },
       [self, layout](checkpoint_atom, uint64_t epoch) -> caf::result<ok_atom> {
         if (self->state.fatal) return self->state.fatal;
+        settle_all_parked(self);
         auto& st = self->state;
         if (st.config.checkpoint_root.empty())
           return caf::make_error(caf::sec::invalid_argument,
@@ -336,6 +336,7 @@ shard_actor::behavior_type shard_behavior(shard_pointer self, shard_config confi
       },
       [self](migrate_atom, const migration_order& order) -> caf::result<migration_stats> {
         if (self->state.fatal) return self->state.fatal;
+        settle_all_parked(self);
         auto& st = self->state;
         const std::string who = "shard " + std::to_string(st.config.index);
         if (st.out)
@@ -373,6 +374,7 @@ shard_actor::behavior_type shard_behavior(shard_pointer self, shard_config confi
       },
       [self](fence_atom, uint64_t epoch) -> caf::result<migration_stats> {
         if (self->state.fatal) return self->state.fatal;
+        settle_all_parked(self);
         auto& st = self->state;
         const std::string who = "shard " + std::to_string(st.config.index);
         if (!st.out || st.out->order.epoch != epoch)
@@ -427,6 +429,7 @@ shard_actor::behavior_type shard_behavior(shard_pointer self, shard_config confi
       },
       [self, layout](migrate_in_atom, const row_batch& rows) -> caf::result<ok_atom> {
         if (self->state.fatal) return self->state.fatal;
+        settle_all_parked(self);
         auto& st = self->state;
         if (!well_formed(rows, layout))
           return caf::make_error(
@@ -443,12 +446,14 @@ shard_actor::behavior_type shard_behavior(shard_pointer self, shard_config confi
       },
       [self](resend_atom, uint32_t partition) -> caf::result<row_batch> {
         if (self->state.fatal) return self->state.fatal;
+        settle_all_parked(self);
         auto rows = shard_detail::partition_rows(self->state, partition);
         if (!rows) return to_caf(rows.err());
         return std::move(*rows);
       },
       [self](commit_atom, const routing_table& table) -> caf::result<ok_atom> {
         if (self->state.fatal) return self->state.fatal;
+        settle_all_parked(self);
         auto& st = self->state;
         const std::string who = "shard " + std::to_string(st.config.index);
         if (table.owners.size() != st.config.lmdb.partitions ||
@@ -532,19 +537,24 @@ shard_actor::behavior_type shard_behavior(shard_pointer self, shard_config confi
 
 }  // namespace
 
-expected<shard_actor> spawn_shard(caf::actor_system& system, const shard_config& config) {
+expected<shard_actor> spawn_shard(caf::actor_system& system, const shard_config& config,
+                                  std::shared_ptr<shard_read_gate> read_gate) {
   auto reader = lmdb_tier::open(config.table.layout, config.lmdb);
   if (!reader) return reader.err();
   lmdb_tier_config writer_config = config.lmdb;
   writer_config.shared_handle = true;
   auto writer = lmdb_tier::open(config.table.layout, writer_config);
   if (!writer) return writer.err();
+  auto read_handle = lmdb_tier::open(config.table.layout, writer_config);
+  if (!read_handle) return read_handle.err();
   auto flusher =
       spawn_ssd_flush(system, std::move(*writer), config.flush_on_own_thread, config.clock);
+  auto read_actor = spawn_shard_reader(system, std::move(*read_handle), config.flush_on_own_thread,
+                                   std::move(read_gate));
   auto chain = std::make_shared<std::unique_ptr<tier_chain>>(std::make_unique<tier_chain>(
       config.table, config.chain, std::make_unique<dram_tier>(config.table.layout, config.dram),
       std::move(*reader)));
-  return system.spawn(shard_behavior, config, chain, flusher);
+  return system.spawn(shard_behavior, config, chain, flusher, read_actor);
 }
 
 }  // namespace strata::actors

@@ -2,17 +2,20 @@
 // write-behind -> LMDB -> initializer) and, through its ssd_flush actor,
 // the write side of its LMDB environment.
 //
-// pull: rows from the chain (promoting, initializing). push (async mode):
+// pull: rows from the chain (promoting, initializing); keys below DRAM and
+// the write-behind buffer are read by the shard's reader off the shard's
+// thread while the pull waits and other requests go on (shard_read.cpp). push (async mode):
 // gradients reduced per key, the optimizer applied here (updates of one key
 // are serialized by the actor), the updated rows returned. write_back:
 // whole rows from a cache tier, older versions ignored. prefetch: warms
-// DRAM. Evicted dirty rows wait in the write-behind buffer until ssd_flush
-// confirms their batch (at most max_flushes_in_flight batches in flight:
+// DRAM (its cold keys read off the thread too). Evicted dirty rows wait in the write-behind buffer
+// until ssd_flush confirms their batch (at most max_flushes_in_flight batches in flight:
 // back-pressure, rows are never dropped). drain: everything written down
 // and synced, then ok.
 #pragma once
 
 #include <caf/fwd.hpp>
+#include <memory>
 
 #include "actors/config.hpp"
 #include "actors/protocol.hpp"
@@ -20,8 +23,12 @@
 
 namespace strata::actors {
 
+struct shard_read_gate;
+
 // Opens the shard's LMDB environment (errors name the path) and spawns the
-// shard with its ssd_flush actor.
-expected<shard_actor> spawn_shard(caf::actor_system& system, const shard_config& config);
+// shard with its ssd_flush actor and its reader (actors/shard_reader.hpp).
+// read_gate: fault injection for tests (holds the reader's replies).
+expected<shard_actor> spawn_shard(caf::actor_system& system, const shard_config& config,
+                                  std::shared_ptr<shard_read_gate> read_gate = nullptr);
 
 }  // namespace strata::actors

@@ -79,13 +79,21 @@ void erase_foreign(shard_pointer self) {
     return;
   }
   self->request(st.flusher, caf::infinite, erase_atom::value, std::move(partitions))
-      .then([answer](uint64_t) { answer({}); }, [answer](caf::error& err) { answer(err); });
+      .then(
+          [self, answer](uint64_t) {
+            note_landed(self->state, nullptr);
+            answer({});
+          },
+          [self, answer](caf::error& err) {
+            note_landed(self->state, nullptr);
+            answer(err);
+          });
 }
 
 void send_flush(shard_pointer self, uint64_t seq, row_batch batch) {
   auto& st = self->state;
   st.metrics.flush_started[seq] = st.config.clock->now_seconds();
-  st.in_flight.emplace(seq, batch.keys.size());
+  st.in_flight.emplace(seq, batch.keys);
   self->request(st.flusher, caf::infinite, flush_atom::value, seq, std::move(batch))
       .then(
           [self](uint64_t done, double write_seconds) {
@@ -96,8 +104,12 @@ void send_flush(shard_pointer self, uint64_t seq, row_batch batch) {
             m.flush_started.erase(done);
             m.lmdb_write.observe(write_seconds);
             ++m.flush_batches;
-            m.flush_bytes += s.in_flight[done] * s.config.table.layout.encoded_bytes();
-            s.in_flight.erase(done);
+            auto landed = s.in_flight.find(done);
+            if (landed != s.in_flight.end()) {
+              m.flush_bytes += landed->second.size() * s.config.table.layout.encoded_bytes();
+              note_landed(s, &landed->second);
+              s.in_flight.erase(landed);
+            }
             s.chain->flushed(done);
             maybe_flush(self);
           },
@@ -132,6 +144,9 @@ void fail_stop(shard_pointer self, const caf::error& cause) {
     st.out->copy_promise->deliver(st.fatal);
     st.out->copy_promise.reset();
   }
+  for (auto& p : st.parked) p.promise.deliver(st.fatal);
+  st.parked.clear();
+  st.parked_cold.clear();
   // Nothing more is written: the write-behind stops here and never grows.
   st.in_flight.clear();
 }

@@ -15,6 +15,7 @@
 #include "actors/push_ids.hpp"
 #include "actors/row_batch_util.hpp"
 #include "actors/shard_actor.hpp"
+#include "actors/shard_reader.hpp"
 #include "actors/ssd_flush_actor.hpp"
 #include "common/hash.hpp"
 #include "common/latency_histogram.hpp"
@@ -88,6 +89,24 @@ struct outgoing_migration {
   bool fenced = false;  // from the fence on, requests for them are forwarded
 };
 
+// A pull whose keys were not all above LMDB: the rows that were are copied
+// at arrival (the state the pull saw), the others once the reader has read
+// them (shard_read.cpp).
+struct parked_pull {
+  pull_reply reply;
+  std::vector<uint32_t> cold;  // positions of reply still to fill
+  std::vector<uint64_t> cold_keys;
+  uint64_t read = 0;  // the last read it waits for
+  double started = 0;
+  caf::typed_response_promise<pull_reply> promise;
+};
+
+// A read sent to the reader and not yet answered.
+struct read_in_flight {
+  uint64_t id = 0;
+  uint64_t flush_gen = 0;  // flushes landed when it was sent
+};
+
 // Copy batches of a migration kept in flight per source shard.
 constexpr size_t migration_window = 4;
 
@@ -97,9 +116,24 @@ struct shard_state {
   std::unique_ptr<lmdb_read_timer> read_timer;
   std::unique_ptr<tier_chain> chain;
   ssd_flush_actor flusher;
-  // seq -> rows of a flush batch sent to ssd_flush (which retries it
+  // seq -> keys of a flush batch sent to ssd_flush (which retries it
   // itself; the write-behind keeps the rows readable until it confirms).
-  std::map<uint64_t, size_t> in_flight;
+  std::map<uint64_t, std::vector<uint64_t>> in_flight;
+  // Reads off the shard's thread (shard_read.cpp).
+  shard_reader_actor reader;
+  uint64_t next_read = 1;            // id of the next read sent
+  std::deque<read_in_flight> reads;  // sent, not answered (the reader answers in order)
+  flat_map<uint64_t> pending_reads;  // key -> the read that fetches it
+  std::deque<parked_pull> parked;    // in arrival order
+  flat_map<uint32_t> parked_cold;    // key -> parked pulls that wait for it
+  uint64_t flush_gen = 0;            // flush batches landed (and erases)
+  // key -> flush_gen of the last landed flush of it, while reads are out:
+  // a read sent before that flush may hold an older copy.
+  flat_map<uint64_t> flushed_at;
+  uint64_t erased_at = 0;  // flush_gen of the last erase of partitions
+  std::vector<uint32_t> warm_at, cold_at, probe_misses;  // scratch of a pull
+  std::vector<uint64_t> probe_keys;
+  row_buffer probe;
   std::vector<caf::typed_response_promise<ok_atom>> drain_waiters;
   bool draining = false;
   // Set when the shard fail-stopped (a flush failed every attempt): every
@@ -115,8 +149,7 @@ struct shard_state {
   std::vector<uint32_t> erase_partitions;  // not owned: removed from LMDB once flushed
   bool erase_pending = false;
   std::vector<caf::typed_response_promise<ok_atom>> commit_waiters;
-  std::vector<std::byte> prefetch_scratch;  // rows a prefetch reads (discarded)
-  std::vector<uint64_t> push_unique;        // push_local's distinct keys
+  std::vector<uint64_t> push_unique;  // push_local's distinct keys
   static inline const char* name = "shard";
 };
 
@@ -146,6 +179,26 @@ std::string message_of(const caf::error& err);
 // Sends write-behind batches to ssd_flush: when enough rows are queued (or
 // while draining), and while fewer than max_flushes_in_flight are out.
 void maybe_flush(shard_pointer self);
+
+// --- reads off the shard's thread (shard_read.cpp) ---------------------------
+
+// A pull of local keys: answered now if every key is above LMDB, else
+// parked until the reader has read the others.
+caf::result<pull_reply> pull_async(shard_pointer self, const std::vector<uint64_t>& keys);
+// Prefetch of local keys: reads the cold ones off the thread and installs
+// them (nobody waits).
+void prefetch_async(shard_pointer self, const std::vector<uint64_t>& keys);
+// A request that may change rows (push, write-back, ...) arrives: parked
+// pulls waiting for any of `keys` are answered first (reading LMDB on the
+// shard's thread), so no pull sees a change made after it arrived.
+void settle_parked(shard_pointer self, std::span<const uint64_t> keys);
+// The same for every parked pull (migration, drain, cut).
+void settle_all_parked(shard_pointer self);
+// A flush batch (or an erase) landed in LMDB: reads sent before it may
+// hold older copies of its keys.
+// keys == null: an erase of partitions (every read sent before is stale).
+// Staged rows of the keys are dropped.
+void note_landed(shard_state& st, const std::vector<uint64_t>* keys);
 
 // --- scaling (shard_migration.cpp) ---------------------------------------------
 
