@@ -71,6 +71,14 @@ bool is_known_type(uint16_t type) {
     case frame_type::dense_stats:
     case frame_type::shard_checkpoint:
     case frame_type::shard_copied:
+    case frame_type::shard_migrate:
+    case frame_type::shard_fence:
+    case frame_type::shard_migrate_in:
+    case frame_type::shard_commit:
+    case frame_type::shard_resend:
+    case frame_type::cache_map:
+    case frame_type::spawn_shard:
+    case frame_type::retire_shard:
     case frame_type::worker_run:
     case frame_type::worker_stats:
     case frame_type::worker_progress:
@@ -144,6 +152,22 @@ std::string_view to_string(frame_type type) {
       return "shard_checkpoint";
     case frame_type::shard_copied:
       return "shard_copied";
+    case frame_type::shard_migrate:
+      return "shard_migrate";
+    case frame_type::shard_fence:
+      return "shard_fence";
+    case frame_type::shard_migrate_in:
+      return "shard_migrate_in";
+    case frame_type::shard_commit:
+      return "shard_commit";
+    case frame_type::shard_resend:
+      return "shard_resend";
+    case frame_type::cache_map:
+      return "cache_map";
+    case frame_type::spawn_shard:
+      return "spawn_shard";
+    case frame_type::retire_shard:
+      return "retire_shard";
     case frame_type::worker_run:
       return "worker_run";
     case frame_type::worker_stats:

@@ -71,6 +71,17 @@ enum class frame_type : uint16_t {
   dense_stats = 34,       // () -> actor_stats
   shard_checkpoint = 36,  // u64 epoch -> ok (no path: the shard derives its directory)
   shard_copied = 37,      // u64 epoch -> u64 rows
+  // Scaling across nodes (docs/scaling.md): actor handles travel as
+  // actor_ref (node name, target), payloads.hpp.
+  shard_migrate = 38,     // migration_wire -> migration_stats
+  shard_fence = 39,       // u64 epoch -> migration_stats
+  shard_migrate_in = 42,  // row_batch -> ok
+  shard_commit = 43,      // routing_wire -> ok
+  shard_resend = 45,      // u32 partition -> row_batch
+  cache_map = 31,         // routing_wire -> ok
+  // A node's spawner (deploy/node_spawner.hpp): the index only, never a path.
+  spawn_shard = 56,       // u32 index -> ok (exported as shard_base + index)
+  retire_shard = 57,      // u32 index -> ok (exited, its files removed)
   worker_run = 40,        // u64 batches, u64 epoch -> worker_result
   worker_stats = 41,      // () -> actor_stats
   worker_progress = 44,   // progress_report, one-way (a remote worker's, to its runner)

@@ -37,6 +37,7 @@ status check_payload_value(const frame_header& header, std::span<const std::byte
       return try_decode<>(payload);
     case frame_type::shard_checkpoint:  // the epoch only: never a path
     case frame_type::shard_copied:
+    case frame_type::shard_fence:
     case frame_type::credit:
       return try_decode<uint64_t>(payload);
     case frame_type::worker_run:
@@ -66,9 +67,18 @@ status check_payload_value(const frame_header& header, std::span<const std::byte
     case frame_type::cache_pass_end:
       return try_decode<uint64_t>(payload);
     case frame_type::shard_write_back:
+    case frame_type::shard_migrate_in:
       return try_decode<row_batch>(payload);
     case frame_type::shard_tick:
+    case frame_type::shard_resend:
+    case frame_type::spawn_shard:
+    case frame_type::retire_shard:
       return try_decode<uint32_t>(payload);
+    case frame_type::shard_migrate:
+      return try_decode<migration_wire>(payload);
+    case frame_type::shard_commit:
+    case frame_type::cache_map:
+      return try_decode<routing_wire>(payload);
     case frame_type::dense_push:
       return try_decode<std::vector<float>>(payload);
     case frame_type::echo:
@@ -82,6 +92,7 @@ status check_payload_value(const frame_header& header, std::span<const std::byte
                      try_decode<uint64_t>(payload), try_decode<dense_weights>(payload),
                      try_decode<actor_stats>(payload), try_decode<lookup_reply>(payload),
                      try_decode<push_ack>(payload), try_decode<worker_result>(payload),
+                     try_decode<migration_stats>(payload), try_decode<row_batch>(payload),
                      try_decode<>(payload)}) {
         if (s) return s;
         last = s;

@@ -2,17 +2,17 @@
 
 #include <cstdio>
 #include <functional>
+#include <optional>
 #include <tuple>
 
 #include "actors/error.hpp"
 #include "transport/codec.hpp"
-
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(strata::transport::frame_ptr)
+#include "transport/remote_actors_internal.hpp"
 
 namespace strata::transport {
+using namespace remote_detail;
 namespace {
 
-using frame_atom = caf::atom_constant<caf::atom("frame")>;
 using reply_atom = caf::atom_constant<caf::atom("rreply")>;
 using fail_atom = caf::atom_constant<caf::atom("rfail")>;
 
@@ -72,6 +72,18 @@ caf::response_promise forward(proxy_actor* self, frame_type type, frame_payload 
   return rp;
 }
 
+// A request whose payload names actors: an encoding error (a handle no
+// other node can reach) fails the request here.
+template <class Reply, class Wire>
+caf::response_promise forward_wire(proxy_actor* self, frame_type type, expected<Wire> wire) {
+  if (!wire) {
+    auto rp = self->make_response_promise();
+    rp.deliver(actors::to_caf(wire.err()));
+    return rp;
+  }
+  return forward<Reply>(self, type, encode_payload(*wire));
+}
+
 void one_way(proxy_actor* self, frame_type type, frame_payload payload) {
   auto& st = self->state;
   // A down peer was logged by the bridge; a one-way message has no one to tell.
@@ -102,10 +114,33 @@ void on_fail(proxy_actor* self, uint64_t token, const std::string& text) {
 }
 
 caf::behavior shard_proxy(proxy_actor* self, std::shared_ptr<node_bridge> bridge, std::string peer,
-                          uint32_t target) {
+                          uint32_t target, std::weak_ptr<actor_directory> directory) {
   using namespace actors;
   init_proxy(self, std::move(bridge), std::move(peer), target);
+  auto gone = [self] {
+    return error(errc::unavailable, "node '" + self->state.bridge->name() +
+                                        "': the transport is stopped");
+  };
   return {
+      [=](migrate_atom, const migration_order& order) {
+        auto d = directory.lock();
+        return forward_wire<migration_stats>(self, frame_type::shard_migrate,
+                                             d ? to_wire(*d, order) : expected<migration_wire>(gone()));
+      },
+      [=](fence_atom, uint64_t epoch) {
+        return forward<migration_stats>(self, frame_type::shard_fence, encode_payload(epoch));
+      },
+      [=](migrate_in_atom, row_batch& rows) {
+        return forward<ok_atom>(self, frame_type::shard_migrate_in, gather_payload(std::move(rows)));
+      },
+      [=](commit_atom, const routing_table& table) {
+        auto d = directory.lock();
+        return forward_wire<ok_atom>(self, frame_type::shard_commit,
+                                     d ? to_wire(*d, table) : expected<routing_wire>(gone()));
+      },
+      [=](resend_atom, uint32_t partition) {
+        return forward<row_batch>(self, frame_type::shard_resend, encode_payload(partition));
+      },
       [=](pull_atom, std::vector<uint64_t>& keys) {
         return forward<pull_reply>(self, frame_type::shard_pull, gather_payload(std::move(keys)));
       },
@@ -164,10 +199,17 @@ caf::behavior worker_proxy(proxy_actor* self, std::shared_ptr<node_bridge> bridg
 }
 
 caf::behavior cache_proxy(proxy_actor* self, std::shared_ptr<node_bridge> bridge, std::string peer,
-                          uint32_t target) {
+                          uint32_t target, std::weak_ptr<actor_directory> directory) {
   using namespace actors;
   init_proxy(self, std::move(bridge), std::move(peer), target);
   return {
+      [=](map_atom, const routing_table& table) {
+        auto d = directory.lock();
+        return forward_wire<ok_atom>(
+            self, frame_type::cache_map,
+            d ? to_wire(*d, table)
+              : expected<routing_wire>(error(errc::unavailable, "the transport is stopped")));
+      },
       [=](lookup_atom, std::vector<uint64_t>& keys) {
         return forward<lookup_reply>(self, frame_type::cache_lookup, gather_payload(std::move(keys)));
       },
@@ -205,223 +247,6 @@ caf::behavior dense_proxy(proxy_actor* self, std::shared_ptr<node_bridge> bridge
   };
 }
 
-// --- relays (a peer -> an exported local actor) ---------------------------------
-
-void reply_error(node_bridge& bridge, const inbound_frame& f, const std::string& text) {
-  if (f.header.request_id != 0) {
-    bridge.reply(f.peer, f.header.request_id, frame_type::reply_error, encode_payload(text));
-  }
-}
-
-template <class... Ts>
-bool decode_request(node_bridge& bridge, const inbound_frame& f, Ts&... xs) {
-  if (auto s = decode_payload(f.payload, xs...); !s) {
-    reply_error(bridge, f,
-                "node '" + bridge.name() + "': bad " + std::string(to_string(f.header.type)) +
-                    " payload: " + s.err().message());
-    return false;
-  }
-  return true;
-}
-
-// Sends the request to `dest` and the answer back as a reply frame.
-template <class... Reply, class Handle, class... Args>
-void relay(caf::event_based_actor* self, const std::shared_ptr<node_bridge>& bridge,
-           const frame_ptr& f, const Handle& dest, Args&&... xs) {
-  const std::string peer = f->peer;
-  const uint64_t id = f->header.request_id;
-  self->request(dest, caf::infinite, std::forward<Args>(xs)...)
-      .then(
-          [bridge, peer, id](Reply&... rs) {
-            // The reply's arrays go out from the reply itself (no encode copy).
-            bridge->reply(peer, id, frame_type::reply, gather_payload(std::move(rs)...));
-          },
-          [self, bridge, peer, id](caf::error& e) {
-            bridge->reply(
-                peer, id, frame_type::reply_error,
-                encode_payload("node '" + bridge->name() + "': " + actors::describe(self->system(), e)));
-          });
-}
-
-void unsupported(node_bridge& bridge, const inbound_frame& f, const char* kind) {
-  reply_error(bridge, f,
-              "node '" + bridge.name() + "': target " + std::to_string(f.header.target) + " is a " +
-                  kind + ", not a " + std::string(to_string(f.header.type)) + " receiver");
-}
-
-caf::behavior shard_relay(caf::event_based_actor* self, std::shared_ptr<node_bridge> bridge,
-                          actors::shard_actor shard) {
-  using namespace actors;
-  return {[=](frame_atom, const frame_ptr& f) {
-    auto& b = *bridge;
-    switch (f->header.type) {
-      case frame_type::shard_pull: {
-        std::vector<uint64_t> keys;
-        if (decode_request(b, *f, keys))
-          relay<pull_reply>(self, bridge, f, shard, pull_atom::value, std::move(keys));
-        break;
-      }
-      case frame_type::shard_push: {
-        push_request r;
-        if (decode_request(b, *f, r))
-          relay<push_reply>(self, bridge, f, shard, push_atom::value, std::move(r));
-        break;
-      }
-      case frame_type::shard_write_back: {
-        row_batch rows;
-        if (decode_request(b, *f, rows)) {
-          relay<ok_atom>(self, bridge, f, shard, write_back_atom::value, std::move(rows));
-        }
-        break;
-      }
-      case frame_type::shard_prefetch: {
-        std::vector<uint64_t> keys;
-        if (decode_request(b, *f, keys)) self->send(shard, prefetch_atom::value, std::move(keys));
-        break;
-      }
-      case frame_type::shard_tick: {
-        uint32_t tick = 0;
-        if (decode_request(b, *f, tick)) self->send(shard, tick_atom::value, tick);
-        break;
-      }
-      case frame_type::shard_drain:
-        if (decode_request(b, *f)) relay<ok_atom>(self, bridge, f, shard, drain_atom::value);
-        break;
-      case frame_type::shard_stats:
-        if (decode_request(b, *f)) relay<tier_stats>(self, bridge, f, shard, stats_atom::value);
-        break;
-      case frame_type::shard_checkpoint: {
-        // The epoch alone: the shard derives its directory from its own
-        // configuration. A payload with anything after the epoch (the old
-        // directory string) is refused as trailing bytes.
-        uint64_t epoch = 0;
-        if (decode_request(b, *f, epoch))
-          relay<ok_atom>(self, bridge, f, shard, checkpoint_atom::value, epoch);
-        break;
-      }
-      case frame_type::shard_copied: {
-        uint64_t epoch = 0;
-        if (decode_request(b, *f, epoch))
-          relay<uint64_t>(self, bridge, f, shard, copied_atom::value, epoch);
-        break;
-      }
-      default:
-        unsupported(b, *f, "shard");
-    }
-  }};
-}
-
-caf::behavior cache_relay(caf::event_based_actor* self, std::shared_ptr<node_bridge> bridge,
-                          actors::cache_tier_actor cache) {
-  using namespace actors;
-  return {[=](frame_atom, const frame_ptr& f) {
-    auto& b = *bridge;
-    switch (f->header.type) {
-      case frame_type::cache_lookup: {
-        std::vector<uint64_t> keys;
-        if (decode_request(b, *f, keys)) {
-          relay<lookup_reply>(self, bridge, f, cache, lookup_atom::value, std::move(keys));
-        }
-        break;
-      }
-      case frame_type::cache_prefetch: {
-        std::vector<uint64_t> keys;
-        if (decode_request(b, *f, keys)) self->send(cache, prefetch_atom::value, std::move(keys));
-        break;
-      }
-      case frame_type::cache_push: {
-        push_request r;
-        if (decode_request(b, *f, r))
-          relay<push_ack>(self, bridge, f, cache, push_atom::value, std::move(r));
-        break;
-      }
-      case frame_type::cache_pass_start: {
-        uint64_t pass = 0;
-        if (decode_request(b, *f, pass))
-          relay<ok_atom>(self, bridge, f, cache, pass_start_atom::value, pass);
-        break;
-      }
-      case frame_type::cache_pass_end: {
-        uint64_t pass = 0;
-        if (decode_request(b, *f, pass))
-          relay<ok_atom>(self, bridge, f, cache, pass_end_atom::value, pass);
-        break;
-      }
-      case frame_type::cache_drain:
-        if (decode_request(b, *f)) relay<ok_atom>(self, bridge, f, cache, drain_atom::value);
-        break;
-      case frame_type::cache_stats:
-        if (decode_request(b, *f)) relay<tier_stats>(self, bridge, f, cache, stats_atom::value);
-        break;
-      default:
-        unsupported(b, *f, "cache tier");
-    }
-  }};
-}
-
-caf::behavior dense_relay(caf::event_based_actor* self, std::shared_ptr<node_bridge> bridge,
-                          actors::dense_actor dense) {
-  using namespace actors;
-  return {[=](frame_atom, const frame_ptr& f) {
-    auto& b = *bridge;
-    switch (f->header.type) {
-      case frame_type::dense_push: {
-        std::vector<float> grads;
-        if (decode_request(b, *f, grads)) {
-          relay<uint64_t>(self, bridge, f, dense, push_dense_atom::value, std::move(grads));
-        }
-        break;
-      }
-      case frame_type::dense_pull:
-        if (decode_request(b, *f))
-          relay<dense_weights>(self, bridge, f, dense, pull_dense_atom::value);
-        break;
-      case frame_type::dense_stats:
-        if (decode_request(b, *f)) relay<actor_stats>(self, bridge, f, dense, stats_atom::value);
-        break;
-      default:
-        unsupported(b, *f, "dense actor");
-    }
-  }};
-}
-
-// A worker run by a peer: the relay is the sender of run, so the worker's
-// progress reports come here and go back to the runner's node as
-// worker_progress frames, before the run's reply (same relay, same peer
-// sequence).
-caf::behavior worker_relay(caf::event_based_actor* self, std::shared_ptr<node_bridge> bridge,
-                           actors::worker_actor worker, uint32_t target) {
-  using namespace actors;
-  auto runner = std::make_shared<std::string>();
-  return {
-      [=](frame_atom, const frame_ptr& f) {
-        auto& b = *bridge;
-        switch (f->header.type) {
-          case frame_type::worker_run: {
-            uint64_t batches = 0, epoch = 0;
-            if (decode_request(b, *f, batches, epoch)) {
-              *runner = f->peer;
-              relay<worker_result>(self, bridge, f, worker, run_atom::value, batches, epoch);
-            }
-            break;
-          }
-          case frame_type::worker_stats:
-            if (decode_request(b, *f))
-              relay<actor_stats>(self, bridge, f, worker, stats_atom::value);
-            break;
-          default:
-            unsupported(b, *f, "worker");
-        }
-      },
-      [=](progress_atom, const progress_report& report) {
-        if (runner->empty()) return;
-        // A runner that went down was logged by the bridge; the run's
-        // reply fails there anyway.
-        (void)bridge->send(*runner, frame_type::worker_progress, target, encode_payload(report));
-      },
-  };
-}
-
 }  // namespace
 
 expected<std::unique_ptr<node_transport>> node_transport::start(caf::actor_system& system,
@@ -436,6 +261,13 @@ expected<std::unique_ptr<node_transport>> node_transport::start(caf::actor_syste
       std::move(on_peer));
   if (!bridge) return bridge.err();
   t->bridge_ = std::shared_ptr<node_bridge>(std::move(*bridge));
+  auto* sys = &system;
+  auto weak = std::make_shared<std::weak_ptr<actor_directory>>();
+  t->directory_ = std::make_shared<actor_directory>(
+      t->bridge_, [sys, b = t->bridge_, weak](const std::string& node, uint32_t target) {
+        return sys->spawn(shard_proxy, b, node, target, *weak);
+      });
+  *weak = t->directory_;
   return t;
 }
 
@@ -446,6 +278,7 @@ void node_transport::stop() {
   std::lock_guard lock(mu_);
   for (auto& [target, relay] : relays_) caf::anon_send_exit(relay, caf::exit_reason::user_shutdown);
   relays_.clear();
+  if (directory_) directory_->clear();
   upstream_.clear();
 }
 
@@ -527,7 +360,27 @@ void node_transport::dispatch(inbound_frame frame) {
 }
 
 void node_transport::export_shard(uint32_t target, actors::shard_actor shard) {
-  auto relay = system_.spawn(shard_relay, bridge_, std::move(shard));
+  directory_->add_local(target, caf::actor_cast<caf::actor>(shard));
+  auto relay = system_.spawn(shard_relay, bridge_, std::move(shard), directory_);
+  std::lock_guard lock(mu_);
+  relays_[target] = relay;
+}
+
+caf::actor node_transport::unexport_shard(uint32_t target) {
+  caf::actor relay;
+  {
+    std::lock_guard lock(mu_);
+    if (auto it = relays_.find(target); it != relays_.end()) {
+      relay = std::move(it->second);
+      relays_.erase(it);
+    }
+  }
+  if (relay) caf::anon_send_exit(relay, caf::exit_reason::user_shutdown);
+  return directory_->remove_local(target);
+}
+
+void node_transport::export_spawner(uint32_t target, spawn_fn spawn, retire_fn retire) {
+  auto relay = system_.spawn(spawner_relay, bridge_, std::move(spawn), std::move(retire));
   std::lock_guard lock(mu_);
   relays_[target] = relay;
 }
@@ -539,7 +392,7 @@ void node_transport::export_dense(uint32_t target, actors::dense_actor dense) {
 }
 
 void node_transport::export_cache(uint32_t target, actors::cache_tier_actor cache) {
-  auto relay = system_.spawn(cache_relay, bridge_, std::move(cache));
+  auto relay = system_.spawn(cache_relay, bridge_, std::move(cache), directory_);
   std::lock_guard lock(mu_);
   relays_[target] = relay;
 }
@@ -561,12 +414,12 @@ void node_transport::export_echo(uint32_t target) {
 }
 
 actors::shard_actor node_transport::remote_shard(const std::string& peer, uint32_t target) {
-  return caf::actor_cast<actors::shard_actor>(system_.spawn(shard_proxy, bridge_, peer, target));
+  return caf::actor_cast<actors::shard_actor>(directory_->proxy(peer, target));
 }
 
 actors::cache_tier_actor node_transport::remote_cache(const std::string& peer, uint32_t target) {
   return caf::actor_cast<actors::cache_tier_actor>(
-      system_.spawn(cache_proxy, bridge_, peer, target));
+      system_.spawn(cache_proxy, bridge_, peer, target, std::weak_ptr<actor_directory>(directory_)));
 }
 
 actors::worker_actor node_transport::remote_worker(const std::string& peer, uint32_t target) {

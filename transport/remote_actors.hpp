@@ -38,6 +38,10 @@ namespace strata::transport {
 
 using frame_ptr = std::shared_ptr<const inbound_frame>;
 
+// Maps shard handles to (node, target) and back, for the routing tables and
+// migration orders that travel between nodes (remote_actors.cpp).
+class actor_directory;
+
 class node_transport {
  public:
   // hold_inbound: requests and one-way frames from peers wait, in arrival
@@ -68,11 +72,22 @@ class node_transport {
   using notice_fn = std::function<expected<std::vector<std::byte>>(
       const std::string& peer, std::span<const std::byte> payload)>;
   void export_notice(uint32_t target, notice_fn notice);
+  // A node's spawner (deploy/node_spawner.hpp): spawn_shard frames to
+  // `target` call `spawn(index)`, retire_shard frames `retire(index, done)`,
+  // each on an actor's thread (not the bridge's); the reply is ok or the
+  // error's text.
+  using spawn_fn = std::function<status(uint32_t index)>;
+  using retire_fn = std::function<void(uint32_t index, std::function<void(status)> done)>;
+  void export_spawner(uint32_t target, spawn_fn spawn, retire_fn retire);
+  // Stops exporting `target` (a retired shard); returns the shard actor
+  // that was exported there (null if none).
+  caf::actor unexport_shard(uint32_t target);
   // Delivers the frames held since start (in order), then every frame as
   // it arrives. Idempotent.
   void release_inbound();
 
-  // A local proxy for the actor exported as `target` on node `peer`.
+  // A local proxy for the actor exported as `target` on node `peer`
+  // (shards: one per (peer, target), the same one routing tables resolve to).
   actors::shard_actor remote_shard(const std::string& peer, uint32_t target);
   actors::dense_actor remote_dense(const std::string& peer, uint32_t target);
   actors::cache_tier_actor remote_cache(const std::string& peer, uint32_t target);
@@ -88,6 +103,7 @@ class node_transport {
 
   caf::actor_system& system_;
   std::shared_ptr<node_bridge> bridge_;
+  std::shared_ptr<actor_directory> directory_;
   std::mutex mu_;
   std::unordered_map<uint32_t, caf::actor> relays_;  // target -> relay actor
   std::unordered_map<uint32_t, bool> echo_targets_;
