@@ -89,6 +89,9 @@ status check_options(const plan_options& o) {
   if (!(o.examples_per_s >= 0) || !std::isfinite(o.examples_per_s))
     return bad_option("--examples-per-s", o.examples_per_s,
                       "must be positive (or 0: one node's measured rate)");
+  if (!(o.node_examples_per_s >= 0) || !std::isfinite(o.node_examples_per_s))
+    return bad_option("--node-examples-per-s", o.node_examples_per_s,
+                      "must be positive (or 0: the measured e2e_examples_per_s)");
   if (!positive(o.data_examples))
     return bad_option("--data-examples", o.data_examples, "must be positive");
   if (!positive(o.keys_per_example))
@@ -250,14 +253,19 @@ expected<capacity_plan> make_capacity_plan(const plan_options& o, const bench_fi
     return error(errc::invalid_argument, ssd_hit->where + ": row \"e2e_ssd_hit_rate\": value " +
                                              number(ssd_hit->value) + " must be at most 1");
   }
-  const double target = o.examples_per_s > 0 ? o.examples_per_s : train->value;
-  if (o.examples_per_s > 0) {
-    b.plan().inputs.push_back({"examples_per_s", target, "examples/s", "option --examples-per-s"});
-  } else {
-    b.plan().inputs.push_back({"examples_per_s", target, "examples/s",
-                               "assumption (default of --examples-per-s: one node's "
-                               "e2e_examples_per_s)"});
-  }
+  // One node's training rate: measured on this machine, or the user's
+  // figure for a larger node (an extrapolation the output names).
+  const double node_rate = o.node_examples_per_s > 0 ? o.node_examples_per_s : train->value;
+  b.plan().inputs.push_back({"node_examples_per_s", node_rate, "examples/s",
+                             o.node_examples_per_s > 0
+                                 ? "option --node-examples-per-s"
+                                 : "measured: e2e_examples_per_s (default of "
+                                   "--node-examples-per-s)"});
+  const double target = o.examples_per_s > 0 ? o.examples_per_s : node_rate;
+  b.plan().inputs.push_back({"examples_per_s", target, "examples/s",
+                             o.examples_per_s > 0 ? "option --examples-per-s"
+                                                  : "assumption (default of --examples-per-s: "
+                                                    "one node's rate)"});
 
   // --- per key --------------------------------------------------------------
   // DRAM: the measured per-key overhead (index, record meta, allocator) over
@@ -306,7 +314,7 @@ expected<capacity_plan> make_capacity_plan(const plan_options& o, const bench_fi
   const double shard_cpu_nodes =
       std::ceil(shard_pulls / lookup->value + shard_pushes / push->value);
   const double network_nodes = std::ceil(network_bytes / node_net);
-  const double training_nodes = std::ceil(target / train->value);
+  const double training_nodes = std::ceil(target / node_rate);
   const double shard_nodes = std::max({1.0, dram_nodes, ssd_capacity_nodes, ssd_rate_nodes,
                                        shard_cpu_nodes, network_nodes});
   const double nodes = std::max(shard_nodes, training_nodes);
@@ -324,7 +332,7 @@ expected<capacity_plan> make_capacity_plan(const plan_options& o, const bench_fi
   b.result("nodes_network", network_nodes, "nodes",
            "network_bytes_per_s / min(nic_gbps, transport_frames_dim64_tcp), rounded up");
   b.result("nodes_training", training_nodes, "nodes",
-           "examples_per_s / e2e_examples_per_s, rounded up");
+           "examples_per_s / node_examples_per_s, rounded up");
   b.result("nodes_shards", shard_nodes, "nodes",
            "the largest of nodes_dram, nodes_ssd_capacity, nodes_ssd_rate, nodes_shard_cpu, "
            "nodes_network");

@@ -54,7 +54,8 @@ struct plan_options {
   uint32_t dim = 0;                // --dim
   optimizer_kind optimizer = optimizer_kind::adagrad;
   double hot_fraction = 0.1;       // --hot-fraction: the keys the DRAM tier holds
-  double examples_per_s = 0;       // --examples-per-s: target; 0 = one node's measured rate
+  double examples_per_s = 0;       // --examples-per-s: target; 0 = one node's rate
+  double node_examples_per_s = 0;  // --node-examples-per-s: one node's rate; 0 = measured
   double data_examples = 1e9;      // --data-examples: examples in one epoch
   double keys_per_example = 39;    // --keys-per-example (Criteo layout: 13 + 26 slots)
   double node_dram_gib = 512;      // --node-dram-gib

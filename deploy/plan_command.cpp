@@ -26,6 +26,9 @@ void add_plan_command(CLI::App& app, int& exit_code) {
                   "share of the keys the DRAM tier holds (default 0.1)");
   cmd->add_option("--examples-per-s", o->plan.examples_per_s,
                   "target training examples/s of the cluster (default: one node's measured rate)");
+  cmd->add_option("--node-examples-per-s", o->plan.node_examples_per_s,
+                  "training examples/s one node sustains (default: the measured "
+                  "e2e_examples_per_s of this machine)");
   cmd->add_option("--data-examples", o->plan.data_examples,
                   "examples in one epoch of data (default 1e9)");
   cmd->add_option("--keys-per-example", o->plan.keys_per_example,
@@ -41,11 +44,14 @@ void add_plan_command(CLI::App& app, int& exit_code) {
   cmd->add_flag("--json", o->json, "one JSON object: inputs, results, nodes");
   cmd->callback([o, cmd, &exit_code] {
     for (const char* flag : {"--hot-fraction", "--examples-per-s", "--data-examples",
+                             "--node-examples-per-s",
                              "--keys-per-example", "--node-dram-gib", "--node-ssd-tib",
                              "--nic-gbps", "--usable-fraction"})
       if (cmd->count(flag)) o->plan.given.emplace_back(flag);
     auto fail = [&](const error& e) {
-      std::fprintf(stderr, "%s\n", e.message().c_str());
+      // Option errors name the command already; file errors start with the path.
+      const bool named = e.message().rfind("strata plan:", 0) == 0;
+      std::fprintf(stderr, "%s%s\n", named ? "" : "strata plan: ", e.message().c_str());
       exit_code = 1;
     };
     if (!(o->dim >= 1 && o->dim <= 65535) || o->dim != static_cast<uint32_t>(o->dim)) {

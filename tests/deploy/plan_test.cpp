@@ -129,6 +129,20 @@ TEST(plan, the_network_and_the_ssd_rate_can_bind) {
   EXPECT_EQ(p->result("nodes"), 200);
 }
 
+TEST(plan, a_node_rate_given_replaces_the_measured_one) {
+  auto o = small_options();
+  o.node_examples_per_s = 4000;  // 1e4 / 4000 = 2.5 -> 3
+  auto p = make_capacity_plan(o, small());
+  ASSERT_TRUE(p);
+  EXPECT_EQ(p->result("nodes_training"), 3);
+  EXPECT_EQ(input(*p, "node_examples_per_s").source, "option --node-examples-per-s");
+  o.examples_per_s = 0;  // the target defaults to one node's rate
+  p = make_capacity_plan(o, small());
+  ASSERT_TRUE(p);
+  EXPECT_EQ(input(*p, "examples_per_s").value, 4000);
+  EXPECT_EQ(p->result("nodes_training"), 1);
+}
+
 TEST(plan, the_later_of_two_rows_wins) {
   // `strata bench --json-out` appends: the last run's row is the one used.
   std::string text = small_figures;
