@@ -106,6 +106,10 @@ coordinator_actor::behavior_type coordinator_behavior(coordinator_pointer self, 
       [self](scale_atom, uint32_t target) -> caf::typed_response_promise<scale_result> {
         return start_scale(self, target);
       },
+      [self](scale_atom, uint32_t target,
+             const std::vector<std::string>& placement) -> caf::typed_response_promise<scale_result> {
+        return start_scale(self, target, placement);
+      },
       [self](map_atom) -> cluster_status {
         auto& s = self->state;
         cluster_status out;

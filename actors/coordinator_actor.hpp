@@ -29,6 +29,7 @@
 
 #include <caf/fwd.hpp>
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -52,9 +53,12 @@ using progress_sink = std::function<void(const training_progress&)>;
 
 // Spawns shard `index` (LMDB environment in a fresh directory, ssd_flush
 // actor) for a scale up, and removes a retired shard's files once its
-// actors are told to exit. Unset spawn: scaling up is refused.
+// actors are told to exit. `node`: where the scale's placement puts it
+// (multi-node clusters, deploy/node_spawner.hpp; empty: the factory's
+// choice, "spread"); a single process ignores it. Unset spawn: scaling up
+// is refused.
 struct shard_factory {
-  std::function<expected<shard_actor>(uint32_t index)> spawn;
+  std::function<expected<shard_actor>(uint32_t index, const std::string& node)> spawn;
   std::function<void(uint32_t index)> remove_files;
   // Non-empty: every scale is refused with this reason (e.g. a multi-node
   // cluster, whose shards live in other processes).
@@ -115,6 +119,12 @@ struct training_cluster {
   coordinator_actor coordinator;
   std::vector<bool> shard_here, cache_here, worker_here;
   bool dense_here = true;
+  // Spawns shard `index` here as a scale does (shard 0's settings, its own
+  // index) with its LMDB environment in `dir` (empty: named like shard 0's
+  // with the index at its end, which it clears first). A node's spawner
+  // (deploy/node_spawner.hpp) uses it for shards a scale places there.
+  std::function<expected<shard_actor>(uint32_t index, const std::filesystem::path& dir)>
+      spawn_shard_at;
 
   void stop();
 };

@@ -117,6 +117,7 @@ void on_progress(coordinator_pointer self, const progress_report& report);
 // ends) waits for a copy still running.
 void at_cut(coordinator_pointer self, std::function<void()> next, bool final);
 routing_table routing_of(const partition_map& map, const std::vector<shard_actor>& shards);
-caf::typed_response_promise<scale_result> start_scale(coordinator_pointer self, uint32_t target);
+caf::typed_response_promise<scale_result> start_scale(coordinator_pointer self, uint32_t target,
+                                                      const std::vector<std::string>& placement = {});
 
 }  // namespace strata::actors::coordinator_impl

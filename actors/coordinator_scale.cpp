@@ -204,7 +204,8 @@ void copies_done(coordinator_pointer self) {
   }
 }
 
-caf::typed_response_promise<scale_result> start_scale(coordinator_pointer self, uint32_t target) {
+caf::typed_response_promise<scale_result> start_scale(coordinator_pointer self, uint32_t target,
+                                                      const std::vector<std::string>& placement) {
   auto& s = self->state;
   auto promise = self->make_response_promise<scale_result>();
   const uint32_t current = static_cast<uint32_t>(s.peers.shards.size());
@@ -234,7 +235,7 @@ caf::typed_response_promise<scale_result> start_scale(coordinator_pointer self, 
   job.next = s.plan.map.rebalanced(target);
   job.shards = s.peers.shards;
   for (uint32_t i = current; i < target; ++i) {
-    auto spawned = s.peers.factory.spawn(i);
+    auto spawned = s.peers.factory.spawn(i, i < placement.size() ? placement[i] : std::string());
     if (!spawned) {
       // Abandoned before anything moved: the new shards go with their
       // files, the half-made one's too; the map stays, training goes on.

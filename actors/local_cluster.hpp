@@ -61,6 +61,11 @@ struct cluster_placement {
   bool coordinator = true;
   // Non-empty: scaling is refused with this reason.
   std::string refuse_scaling;
+  // Set (multi-node, deploy/node_spawner.hpp): a scale's new shard `index`
+  // is spawned on `node` (empty: spread) and retired there, instead of
+  // here. Unset: in this process.
+  std::function<expected<shard_actor>(uint32_t index, const std::string& node)> spawn_shard;
+  std::function<void(uint32_t index)> retire_shard;
 };
 
 // Seams for the composition root (e.g. the metrics exporter): `started`

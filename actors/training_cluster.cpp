@@ -141,6 +141,24 @@ expected<training_cluster> spawn_training_cluster(caf::actor_system& system,
     cluster.workers.push_back(spawn_worker(system, wc, layout, std::move(peers), std::move(batches),
                                            std::move(gradients)));
   }
+  // New shards (scale up) take shard 0's settings, their own index and a
+  // fresh directory named like shard 0's with the index at its end.
+  cluster.spawn_shard_at = [&system, config](uint32_t index,
+                                             const std::filesystem::path& dir) -> expected<shard_actor> {
+    shard_config sc = config.shards.front();
+    sc.index = index;
+    sc.chain.incarnation = config.incarnation;
+    sc.checkpoint_root = config.checkpoint.directory;
+    sc.restored_sketch.clear();
+    sc.lmdb.directory = dir.empty() ? numbered_sibling(sc.lmdb.directory, index) : dir;
+    std::error_code ec;
+    std::filesystem::remove_all(sc.lmdb.directory,
+                                ec);  // a stale environment would inject old rows
+    if (ec)
+      return error(errc::io_error,
+                   "cannot clear " + sc.lmdb.directory.string() + ": " + ec.message());
+    return spawn_shard(system, sc);
+  };
   if (!placement.coordinator) return cluster;
   checkpoint_plan plan;
   plan.settings = config.checkpoint;
@@ -158,23 +176,9 @@ expected<training_cluster> spawn_training_cluster(caf::actor_system& system,
     plan.first_epoch =
         std::max(plan.first_epoch, highest_checkpoint_epoch(plan.settings.directory) + 1);
   }
-  // New shards (scale up) take shard 0's settings, their own index and a
-  // fresh directory named like shard 0's with the index at its end.
   shard_factory factory;
-  factory.spawn = [&system, config](uint32_t index) -> expected<shard_actor> {
-    shard_config sc = config.shards.front();
-    sc.index = index;
-    sc.chain.incarnation = config.incarnation;
-    sc.checkpoint_root = config.checkpoint.directory;
-    sc.restored_sketch.clear();
-    sc.lmdb.directory = numbered_sibling(sc.lmdb.directory, index);
-    std::error_code ec;
-    std::filesystem::remove_all(sc.lmdb.directory,
-                                ec);  // a stale environment would inject old rows
-    if (ec)
-      return error(errc::io_error,
-                   "cannot clear " + sc.lmdb.directory.string() + ": " + ec.message());
-    return spawn_shard(system, sc);
+  factory.spawn = [spawn = cluster.spawn_shard_at](uint32_t index, const std::string&) {
+    return spawn(index, {});
   };
   factory.refuse_scaling = placement.refuse_scaling;
   factory.remove_files = [config](uint32_t index) {
@@ -184,6 +188,9 @@ expected<training_cluster> spawn_training_cluster(caf::actor_system& system,
     std::error_code ec;
     std::filesystem::remove_all(dir, ec);
   };
+  // Multi-node: the node the placement picks spawns it (and retires it).
+  if (placement.spawn_shard) factory.spawn = placement.spawn_shard;
+  if (placement.retire_shard) factory.remove_files = placement.retire_shard;
   cluster.coordinator = spawn_coordinator(
       system, config.mode, config.pass_batches,
       coordinator_peers{cluster.workers, cluster.caches, cluster.shards, cluster.dense, factory,

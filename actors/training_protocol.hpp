@@ -122,6 +122,10 @@ using coordinator_actor = caf::typed_actor<
     // map at the next cut (pass mode: a pass boundary); answers once every
     // router switched and retired shards are gone. One scale at a time.
     caf::replies_to<scale_atom, uint32_t>::with<scale_result>,
+    // The same with a placement: the node of every shard index (as many
+    // names as shards; the names of new indices are used: shards that exist
+    // do not move). Empty: "spread". Multi-node clusters only pass it on.
+    caf::replies_to<scale_atom, uint32_t, std::vector<std::string>>::with<scale_result>,
     // The cluster's state for the admin API.
     caf::replies_to<map_atom>::with<cluster_status>,
     // Mailbox depth, for metrics.

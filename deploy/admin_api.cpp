@@ -125,6 +125,8 @@ response admin_api::status(const request& req) {
   if (!st) return error_reply(req, http::status::service_unavailable, message_of(system_, err));
   json shards = json::array();
   std::vector<std::vector<uint32_t>> owned(st->routing.shards.size());
+  const auto shard_homes =
+      config_.current_shard_nodes ? config_.current_shard_nodes() : config_.shard_nodes;
   for (uint32_t p = 0; p < st->routing.owners.size(); ++p)
     owned[st->routing.owners[p]].push_back(p);
   uint64_t dram = 0, write_behind = 0, lmdb = 0, cached = 0;
@@ -132,7 +134,7 @@ response admin_api::status(const request& req) {
     auto [stats, serr] = ask<actors::tier_stats>(
         caf::actor_cast<actors::shard_actor>(st->routing.shards[i]), actors::stats_atom::value);
     json shard{{"index", i},
-               {"node", node_of(config_.shard_nodes, i, config_.nodes)},
+               {"node", node_of(shard_homes, i, config_.nodes)},
                {"partitions", owned[i]},
                {"partition_count", owned[i].size()}};
     if (stats) {
@@ -220,6 +222,7 @@ response admin_api::scale(const request& req) {
                        "shards: expected a positive integer, got " +
                            (body.contains("shards") ? quoted(body["shards"]) : "nothing"));
   const auto target = static_cast<uint32_t>(body["shards"].get<uint64_t>());
+  std::vector<std::string> names;  // the node of every shard index; empty: spread
   if (body.contains("placement")) {
     const json& placement = body["placement"];
     if (placement.is_string()) {
@@ -245,21 +248,31 @@ response admin_api::scale(const request& req) {
                              "placement: unknown node " + quoted(name) + " (nodes: " + names + ")");
         }
       }
-      for (const auto& name : placement)
-        if (name.get<std::string>() != config_.nodes.front().name)
-          return error_reply(req, http::status::conflict,
-                             "placement: node " + quoted(name) +
-                                 ": new shards go only to this node, '" +
-                                 config_.nodes.front().name +
-                                 "' (scaling onto other nodes is not supported yet: change "
-                                 "shards.count and resume from a checkpoint)");
+      for (const auto& name : placement) names.push_back(name.get<std::string>());
+      // New shards go only to nodes that are connected: one that is not is
+      // named with its transport health (the node's spawner checks too).
+      if (config_.transport) {
+        auto [st, serr] = ask<actors::cluster_status>(coordinator_, actors::map_atom::value);
+        const std::optional<transport::transport_stats> seen = config_.transport();
+        for (size_t i = st ? st->routing.shards.size() : 0; i < names.size(); ++i) {
+          const auto at = std::find_if(config_.nodes.begin(), config_.nodes.end(),
+                                       [&](const admin_node& n) { return n.name == names[i]; });
+          const auto health = node_health(config_, at - config_.nodes.begin(), seen);
+          if (health != "ok")
+            return error_reply(req, http::status::conflict,
+                               "placement: shard " + std::to_string(i) + " on node \"" + names[i] +
+                                   "\": the node is " + health + "; new shards go to connected "
+                                   "nodes");
+        }
+      }
     } else {
       return error_reply(
           req, http::status::bad_request,
           "placement: expected \"spread\" or a list of node names, got " + quoted(placement));
     }
   }
-  auto [result, err] = ask<actors::scale_result>(coordinator_, actors::scale_atom::value, target);
+  auto [result, err] =
+      ask<actors::scale_result>(coordinator_, actors::scale_atom::value, target, std::move(names));
   if (!result)
     return error_reply(req,
                        err == caf::sec::invalid_argument ? http::status::conflict

@@ -51,6 +51,9 @@ struct admin_config {
   // The node of each shard and cache tier by index (the manifest's
   // placement; missing: the first node).
   std::vector<std::string> shard_nodes, cache_nodes;
+  // Set (a node of several): where every shard lives now, shards a scale
+  // spawned on other nodes included; overrides shard_nodes.
+  std::function<std::vector<std::string>()> current_shard_nodes;
   // The transport's view of the other nodes (a node of several): their
   // health in /status. Unset: they show as "unknown".
   std::function<transport::transport_stats()> transport;

@@ -319,6 +319,10 @@ int run_node(const std::string& path, const std::string& node, const std::string
     // /status: where each shard lives, the other nodes' health, the rate.
     ac.shard_nodes = m.shard_nodes;
     ac.cache_nodes = m.cache_nodes;
+    if (member && member->spawner()) {
+      const auto* spawner = member->spawner();
+      ac.current_shard_nodes = [spawner] { return spawner->homes(); };
+    }
     if (member && member->bridge()) {
       auto* bridge = member->bridge();
       ac.transport = [bridge] { return bridge->stats(); };

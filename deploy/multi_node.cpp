@@ -226,10 +226,11 @@ expected<actors::cluster_placement> node_membership::place(caf::actor_system& sy
   };
   if (!runs_coordinator()) p.remote_dense = t->remote_dense(coordinator_, targets::dense);
   p.coordinator = runs_coordinator();
-  p.refuse_scaling =
-      "the shards live on " + std::to_string(m_.nodes.size()) +
-      " nodes; scaling a multi-node cluster is not supported yet (change shards.count and "
-      "resume from a checkpoint: any shard count restores)";
+  // Scaling: new shards go to the node the placement names, spawned there.
+  spawner_ = std::make_unique<node_spawner>(m_, me_, *transport_);
+  auto* spawner = spawner_.get();
+  p.spawn_shard = [spawner](uint32_t i, const std::string& node) { return spawner->spawn(i, node); };
+  p.retire_shard = [spawner](uint32_t i) { spawner->retire(i); };
   return p;
 }
 
@@ -242,6 +243,7 @@ status node_membership::join(const actors::training_cluster& cluster) {
     if (cluster.worker_here[i])
       transport_->export_worker(targets::worker_base + i, cluster.workers[i]);
   if (cluster.dense_here) transport_->export_dense(targets::dense, cluster.dense);
+  spawner_->export_spawner(cluster.spawn_shard_at);
   transport_->export_notice(
       targets::finished,
       [this](const std::string& peer, std::span<const std::byte>) -> expected<std::vector<std::byte>> {
@@ -368,6 +370,7 @@ void node_membership::finish(bool ok) {
 }
 
 void node_membership::stop() {
+  if (spawner_) spawner_->stop();
   if (transport_) transport_->stop();
 }
 

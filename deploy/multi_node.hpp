@@ -38,6 +38,7 @@
 #include "actors/local_cluster.hpp"
 #include "common/error.hpp"
 #include "deploy/manifest.hpp"
+#include "deploy/node_spawner.hpp"
 #include "transport/remote_actors.hpp"
 
 namespace strata::deploy {
@@ -47,6 +48,7 @@ namespace targets {
 inline constexpr uint32_t ready = 1;  // echo: the node has exported everything
 inline constexpr uint32_t dense = 2;
 inline constexpr uint32_t finished = 3;  // notice: the coordinator's node is done with this one
+inline constexpr uint32_t spawner = 5;  // spawn_shard / retire_shard (deploy/node_spawner.hpp)
 inline constexpr uint32_t shard_base = 0x10000;
 inline constexpr uint32_t cache_base = 0x20000;
 inline constexpr uint32_t worker_base = 0x30000;
@@ -83,6 +85,8 @@ class node_membership {
 
   // Null before place().
   transport::node_bridge* bridge() { return transport_ ? &transport_->bridge() : nullptr; }
+  // Where shards live now, new ones included (null before place()).
+  const node_spawner* spawner() const { return spawner_.get(); }
   // cluster_hooks::shutdown: on the coordinator's node after a successful
   // run, tells every member it is done with it (each answers once told);
   // then says goodbye to the peers (the end of this node's part).
@@ -101,6 +105,7 @@ class node_membership {
   uint64_t fingerprint_ = 0;  // of the manifest file (size and CRC32C)
   auth::secret secret_;       // cluster_secret: what this node proves to its peers
   std::unique_ptr<transport::node_transport> transport_;
+  std::unique_ptr<node_spawner> spawner_;  // after transport_: stops first
   std::chrono::steady_clock::time_point deadline_;
 
   mutable std::mutex mu_;

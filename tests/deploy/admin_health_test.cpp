@@ -68,12 +68,21 @@ TEST(AdminHealth, NodesShowTheTransportsViewAndShardsTheirNode) {
   EXPECT_NE(scale->body.find(R"(unknown node \"n9\" (nodes: n0, n1, n2, n3))"),
             std::string::npos)
       << scale->body;
-  // A known node other than this one: not supported, and it says so.
+  // A new shard on a node that is down, or never joined: refused, naming
+  // the node and its transport health (issue 19: other nodes take shards).
   scale = admin_request(address, "POST", "/scale", ac.token,
-                        R"({"shards": 2, "placement": ["n0", "n1"]})");
+                        R"({"shards": 3, "placement": ["n0", "n2", "n2"]})");
   ASSERT_TRUE(scale);
   EXPECT_EQ(scale->status, 409u);
-  EXPECT_NE(scale->body.find("scaling onto other nodes is not supported yet"), std::string::npos)
+  EXPECT_NE(scale->body.find(R"(placement: shard 2 on node \"n2\": the node is down: no frame for 10000 ms)"),
+            std::string::npos)
+      << scale->body;
+  scale = admin_request(address, "POST", "/scale", ac.token,
+                        R"({"shards": 3, "placement": ["n0", "n2", "n3"]})");
+  ASSERT_TRUE(scale);
+  EXPECT_EQ(scale->status, 409u);
+  EXPECT_NE(scale->body.find(R"(placement: shard 2 on node \"n3\": the node is not connected)"),
+            std::string::npos)
       << scale->body;
 
   (*server)->stop();

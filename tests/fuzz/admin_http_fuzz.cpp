@@ -38,6 +38,13 @@ coordinator_actor::behavior_type fake_coordinator(coordinator_actor::pointer, ca
         r.epoch = 2;
         return r;
       },
+      [](scale_atom, uint32_t shards, std::vector<std::string>&) -> caf::result<scale_result> {
+        if (shards > 64) return caf::make_error(caf::sec::invalid_argument, "too many shards");
+        scale_result r;
+        r.shards = shards;
+        r.epoch = 2;
+        return r;
+      },
       [shard, cache](map_atom) {
         cluster_status st;
         st.routing.epoch = 1;
