@@ -61,7 +61,8 @@ std::string node_of(const std::vector<std::string>& placement, size_t index,
 // The health of node `i` of the manifest: this node answers ("ok"); the
 // others as the transport sees them: "ok" while connected and heard from
 // within the heartbeat timeout, "down: <reason>", "not connected" before
-// they joined; "unknown" without a transport.
+// they joined ("standby (not joined)" for a standby node); "unknown"
+// without a transport.
 std::string node_health(const admin_config& config, size_t i,
                         const std::optional<transport::transport_stats>& transport) {
   if (i == 0) return "ok";
@@ -71,7 +72,7 @@ std::string node_health(const admin_config& config, size_t i,
     if (p.up) return "ok";
     return "down: " + (p.down_reason.empty() ? std::string("not connected") : p.down_reason);
   }
-  return "not connected";
+  return config.nodes[i].standby ? "standby (not joined)" : "not connected";
 }
 
 // The last checkpoint's epoch and age (its metadata file's time), when the

@@ -40,6 +40,7 @@ namespace strata::deploy {
 struct admin_node {
   std::string name;
   std::string host;
+  bool standby = false;  // may join later (nodes[i].standby)
 };
 
 struct admin_config {

@@ -110,13 +110,22 @@ int launch(const std::string& path, bool resume, const std::string& resume_dir) 
         return 1;
       }
     }
-    std::string names;
+    std::string names, standby;
     for (const auto& n : m.nodes) {
+      // A standby node joins later, started by hand on its host.
+      if (n.standby) {
+        standby += (standby.empty() ? "" : ", ") + n.name;
+        continue;
+      }
       nodes.push_back({n.name, {self.string(), "node", "--manifest", path, "--node", n.name}});
       names += (names.empty() ? "" : ", ") + n.name;
     }
     std::printf("launch: starting %zu nodes (%s), one process each; node %s coordinates\n",
-                m.nodes.size(), names.c_str(), m.nodes.front().name.c_str());
+                nodes.size(), names.c_str(), m.nodes.front().name.c_str());
+    if (!standby.empty())
+      std::printf("launch: standby nodes %s are not started (each joins when started: strata node "
+                  "--manifest %s --node NAME)\n",
+                  standby.c_str(), path.c_str());
   } else {
     nodes.push_back(
         {m.metrics.node, {self.string(), "node", "--manifest", path, "--node", m.metrics.node}});

@@ -314,7 +314,7 @@ int run_node(const std::string& path, const std::string& node, const std::string
     ac.port = m.admin.port;
     ac.token = token;
     ac.cluster = c.name;
-    for (const auto& n : m.nodes) ac.nodes.push_back({n.name, n.host});
+    for (const auto& n : m.nodes) ac.nodes.push_back({n.name, n.host, n.standby});
     if (ac.nodes.empty()) ac.nodes.push_back({m.metrics.node, m.admin.bind_address});
     // /status: where each shard lives, the other nodes' health, the rate.
     ac.shard_nodes = m.shard_nodes;

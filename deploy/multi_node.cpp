@@ -88,7 +88,8 @@ node_membership::~node_membership() { stop(); }
 std::string node_membership::describe() const {
   return "shards " + index_list(m_.shard_nodes, me_) + "; cache tiers " +
          index_list(m_.cache_nodes, me_) + "; workers " + index_list(m_.worker_nodes, me_) +
-         (runs_coordinator() ? "; the coordinator and the dense model" : "");
+         (runs_coordinator() ? "; the coordinator and the dense model" : "") +
+         (standby() ? " (standby: joins the running cluster)" : "");
 }
 
 bool node_membership::stopping() const {
@@ -105,6 +106,10 @@ void node_membership::request_stop() {
 }
 
 void node_membership::on_peer(const std::string& peer, bool up, const std::string& reason) {
+  if (!up && runs_coordinator() && is_standby(peer)) {
+    standby_gone(peer, reason);
+    return;
+  }
   if (up || peer != coordinator_) return;
   {
     std::lock_guard lock(mu_);
@@ -151,11 +156,14 @@ expected<actors::cluster_placement> node_membership::place(caf::actor_system& sy
   std::fflush(stdout);
 
   // Nodes listed before this one are dialled (they may still be starting);
-  // nodes listed after it dial in.
+  // nodes listed after it dial in. Standby nodes are neither dialled nor
+  // waited for; a standby node dials every node that is not standby.
+  size_t connected_peers = 0;
   for (size_t i = 0; i < m_.nodes.size(); ++i) {
-    if (i == my_index_) continue;
+    if (i == my_index_ || m_.nodes[i].standby) continue;
+    ++connected_peers;
     const auto& peer = m_.nodes[i];
-    if (i < my_index_) {
+    if (i < my_index_ || standby()) {
       std::string last;
       for (;;) {
         if (stopping()) return error(errc::unavailable, "node '" + me_ + "': stopped while joining");
@@ -204,8 +212,8 @@ expected<actors::cluster_placement> node_membership::place(caf::actor_system& sy
       }
     }
   }
-  std::printf("transport: node %s connected to %zu peer%s\n", me_.c_str(), m_.nodes.size() - 1,
-              m_.nodes.size() == 2 ? "" : "s");
+  std::printf("transport: node %s connected to %zu peer%s\n", me_.c_str(), connected_peers,
+              connected_peers == 1 ? "" : "s");
   std::fflush(stdout);
 
   actors::cluster_placement p;
@@ -266,13 +274,20 @@ status node_membership::join(const actors::training_cluster& cluster) {
         std::memcpy(mine.data(), &fingerprint_, sizeof fingerprint_);
         return expected<std::vector<std::byte>>(std::move(mine));
       });
+  transport_->export_notice(targets::joined,
+                            [this](const std::string& peer, std::span<const std::byte> payload) {
+                              return on_joined(peer, payload);
+                            });
   transport_->release_inbound();
+  if (standby()) return announce_join();
   if (!runs_coordinator()) return {};
 
   // Training starts once every peer answers the readiness echo.
   auto& bridge = transport_->bridge();
+  size_t starting = 0;
   for (const auto& peer : m_.nodes) {
-    if (peer.name == me_) continue;
+    if (!peer.standby) ++starting;
+    if (peer.name == me_ || peer.standby) continue;
     std::string last = "no answer";
     for (;;) {
       if (stopping()) return error(errc::unavailable, "node '" + me_ + "': stopped while joining");
@@ -316,7 +331,7 @@ status node_membership::join(const actors::training_cluster& cluster) {
       std::this_thread::sleep_for(retry_pause);
     }
   }
-  std::printf("cluster: all %zu nodes ready\n", m_.nodes.size());
+  std::printf("cluster: all %zu nodes ready%s\n", starting, standby_note().c_str());
   std::fflush(stdout);
   return {};
 }
@@ -344,26 +359,39 @@ status node_membership::serve_until_done() {
 }
 
 void node_membership::finish(bool ok) {
+  {
+    std::lock_guard lock(mu_);
+    ending_ = true;  // standby nodes leaving now are no news
+  }
   if (ok && transport_ && runs_coordinator()) {
     auto& bridge = transport_->bridge();
     // Members stop once told: their connections closing are departures.
     bridge.expect_departures();
-    std::vector<std::future<bool>> answers;
+    // Each member's answer: empty once it acknowledged, else why not.
+    std::vector<std::pair<std::string, std::future<std::string>>> answers;
     for (const auto& peer : m_.nodes) {
-      if (peer.name == me_) continue;
-      auto answer = std::make_shared<std::promise<bool>>();
-      answers.push_back(answer->get_future());
+      if (peer.name == me_ || !expects_finish(peer.name)) continue;
+      auto answer = std::make_shared<std::promise<std::string>>();
+      answers.emplace_back(peer.name, answer->get_future());
       auto sent = bridge.request(peer.name, transport::frame_type::echo, targets::finished, {},
                                  [answer](expected<transport::inbound_frame> r) {
-                                   answer->set_value(r && r->header.type ==
-                                                              transport::frame_type::reply);
+                                   if (!r)
+                                     answer->set_value(r.err().message());
+                                   else if (r->header.type != transport::frame_type::reply)
+                                     answer->set_value("it answered with an error");
+                                   else
+                                     answer->set_value(std::string());
                                  });
-      if (!sent) answer->set_value(false);
+      if (!sent) answer->set_value(sent.err().message());
     }
-    for (auto& a : answers) {
-      if (a.wait_for(finish_timeout) != std::future_status::ready || !a.get())
-        std::fprintf(stderr, "strata node: %s: a member did not acknowledge the end of training\n",
-                     me_.c_str());
+    for (auto& [peer, a] : answers) {
+      const std::string why = a.wait_for(finish_timeout) != std::future_status::ready
+                                  ? "no answer within 30 s"
+                                  : a.get();
+      if (!why.empty())
+        std::fprintf(stderr,
+                     "strata node: %s: member %s did not acknowledge the end of training: %s\n",
+                     me_.c_str(), peer.c_str(), why.c_str());
     }
   }
   stop();

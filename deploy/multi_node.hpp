@@ -17,6 +17,15 @@
 //   coordinator's node starts training only once every node answers it.
 //   The answer carries the node's manifest fingerprint: a node started from
 //   another manifest makes the coordinator's node fail, naming it.
+// - Standby nodes (nodes[i].standby, docs/multi-node.md "Nodes that join
+//   later"): the others neither dial nor wait for them, and they host
+//   nothing at start. Started later, a standby node dials every node that
+//   is not standby (two standby nodes do not connect to each other), exports
+//   through the same join(), and sends the coordinator's node a `joined`
+//   notice with its manifest fingerprint: compared there, it is logged as
+//   joined or refused (naming both fingerprints). It then serves like any
+//   member until it is told `finished`; one that dies holding nothing is
+//   logged and training goes on (multi_node_join.cpp).
 // - End: a member node serves until the coordinator's node tells it that
 //   training ended and everything is drained (a `finished` notice, answered
 //   before the coordinator's node says goodbye): a clean end. Losing the
@@ -32,6 +41,8 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <set>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -48,6 +59,7 @@ namespace targets {
 inline constexpr uint32_t ready = 1;  // echo: the node has exported everything
 inline constexpr uint32_t dense = 2;
 inline constexpr uint32_t finished = 3;  // notice: the coordinator's node is done with this one
+inline constexpr uint32_t joined = 4;    // notice: a standby node joins (its manifest fingerprint)
 inline constexpr uint32_t spawner = 5;  // spawn_shard / retire_shard (deploy/node_spawner.hpp)
 inline constexpr uint32_t shard_base = 0x10000;
 inline constexpr uint32_t cache_base = 0x20000;
@@ -64,6 +76,8 @@ class node_membership {
   const std::string& name() const { return me_; }
   const std::string& coordinator_node() const { return coordinator_; }
   bool runs_coordinator() const { return me_ == coordinator_; }
+  // A standby node: joins the running cluster (nodes[i].standby).
+  bool standby() const { return m_.nodes[my_index_].standby; }
   // Which shards this node hosts (index -> bool): what it clears, restores
   // and exports.
   const std::vector<bool>& hosted_shards() const { return hosted_shards_; }
@@ -97,6 +111,21 @@ class node_membership {
   node_membership() = default;
   void on_peer(const std::string& peer, bool up, const std::string& reason);
   bool stopping() const;
+  bool is_standby(const std::string& node) const;
+  // A standby node, once it exported everything: the `joined` notice to the
+  // coordinator's node (multi_node_join.cpp).
+  status announce_join();
+  // The coordinator's node: answers a standby node's `joined` notice.
+  expected<std::vector<std::byte>> on_joined(const std::string& peer,
+                                             std::span<const std::byte> payload);
+  // The coordinator's node: whether `peer` must be told `finished` (a
+  // standby node only once it joined).
+  bool expects_finish(const std::string& peer) const;
+  // The coordinator's node: a standby node went down (logged; a node
+  // holding nothing leaves training alone).
+  void standby_gone(const std::string& peer, const std::string& reason);
+  // " (standby nodes that may join later: n3, n4)", or "".
+  std::string standby_note() const;
 
   manifest m_;
   std::string me_, coordinator_;
@@ -113,6 +142,8 @@ class node_membership {
   bool stop_requested_ = false;
   bool coordinator_gone_ = false;
   bool finished_ = false;  // the coordinator's node is done with this node
+  bool ending_ = false;    // the coordinator's node: the run is over (peers leave)
+  std::set<std::string> joined_;  // the coordinator's node: standby nodes that joined
   std::string coordinator_reason_;
 };
 

@@ -216,7 +216,12 @@ status node_bridge::impl::enqueue(const std::string& name, frame_type type, uint
       cv_.wait(lock);
       --peer.blocked_senders;
     }
-    if (peer.down || stopping_) {
+    // A handler's reply still goes out while this node stops: the progress
+    // thread runs the handler, so its shutdown (which sends the queue
+    // first) comes after it. A member told `finished` stops at once; its
+    // acknowledgement was dropped when its stop won the race.
+    const bool handler_reply = is_reply && std::this_thread::get_id() == thread.get_id();
+    if (peer.down || (stopping_ && !handler_reply)) {
       return error(errc::unavailable, "node '" + name + "' is down (" +
                                           (stopping_ ? "this node stopped" : peer.down_reason) +
                                           "): " + std::string(to_string(type)) + " to target " +

@@ -89,5 +89,46 @@ TEST(AdminHealth, NodesShowTheTransportsViewAndShardsTheirNode) {
   cluster->stop();
 }
 
+// Standby nodes (issue 19): "standby (not joined)" until they join, then
+// the transport's view like any node.
+TEST(AdminHealth, StandbyNodesShowWhetherTheyJoined) {
+  temp_dir dir;
+  const auto config = admin_cluster(dir.path());
+  threaded_config cfg;
+  caf::actor_system system(cfg);
+  auto bad_rows = std::make_shared<uint64_t>(0);
+  auto cluster = actors::spawn_training_cluster(system, config, admin_seams(bad_rows));
+  ASSERT_TRUE(cluster) << cluster.err().to_string();
+
+  admin_config ac;
+  ac.token = "s3cret-token-for-tests";
+  ac.cluster = config.name;
+  ac.nodes = {{"n0", "10.0.0.1"},
+              {"n1", "10.0.0.2"},
+              {"n2", "10.0.0.3", true},
+              {"n3", "10.0.0.4", true},
+              {"n4", "10.0.0.5", true}};
+  ac.transport = [] {
+    transport::transport_stats s;
+    s.node = "n0";
+    s.peers.push_back({.name = "n1", .up = true});
+    s.peers.push_back({.name = "n3", .up = true});
+    s.peers.push_back({.name = "n4", .up = false, .down_reason = "connection error: reset"});
+    return s;  // n2 never joined
+  };
+  auto server = admin_server::start(ac, system, cluster->coordinator);
+  ASSERT_TRUE(server) << server.err().to_string();
+  const std::string address = "127.0.0.1:" + std::to_string((*server)->port());
+  auto st = admin_request(address, "GET", "/status", ac.token);
+  ASSERT_TRUE(st && st->status == 200u) << (st ? st->body : st.err().to_string());
+  const auto status = json::parse(st->body);
+  EXPECT_EQ(status["nodes"][1]["health"], "ok");
+  EXPECT_EQ(status["nodes"][2]["health"], "standby (not joined)");
+  EXPECT_EQ(status["nodes"][3]["health"], "ok");
+  EXPECT_EQ(status["nodes"][4]["health"], "down: connection error: reset");
+  (*server)->stop();
+  cluster->stop();
+}
+
 }  // namespace
 }  // namespace strata::deploy

@@ -1,0 +1,138 @@
+// Standby nodes (nodes[i].standby; docs/multi-node.md, "Nodes that join
+// later (standby)"): the half of node_membership that lets a node join a
+// cluster that is already running. The standby node announces itself to
+// the coordinator's node with its manifest fingerprint (a `joined` notice);
+// the coordinator's node compares it, logs the join and from then on counts
+// the node as a member it tells `finished` at the end. A standby node that
+// goes down is logged; holding nothing, it leaves training alone.
+#include <cstdio>
+#include <cstring>
+#include <future>
+
+#include "deploy/multi_node.hpp"
+#include "transport/codec.hpp"
+
+namespace strata::deploy {
+namespace {
+
+std::string hex16(uint64_t v) {
+  char text[20];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(v));
+  return text;
+}
+
+}  // namespace
+
+bool node_membership::is_standby(const std::string& node) const {
+  for (const auto& n : m_.nodes)
+    if (n.name == node) return n.standby;
+  return false;
+}
+
+std::string node_membership::standby_note() const {
+  std::string names;
+  for (const auto& n : m_.nodes)
+    if (n.standby) names += (names.empty() ? "" : ", ") + n.name;
+  return names.empty() ? "" : " (standby nodes that may join later: " + names + ")";
+}
+
+bool node_membership::expects_finish(const std::string& peer) const {
+  if (!is_standby(peer)) return true;
+  std::lock_guard lock(mu_);
+  return joined_.count(peer) != 0 && transport_ && transport_->bridge().is_up(peer);
+}
+
+status node_membership::announce_join() {
+  auto& bridge = transport_->bridge();
+  // The coordinator's answer: empty when it admitted this node, else why not.
+  auto answer = std::make_shared<std::promise<expected<std::string>>>();
+  auto future = answer->get_future();
+  std::vector<std::byte> mine(sizeof fingerprint_);
+  std::memcpy(mine.data(), &fingerprint_, sizeof fingerprint_);
+  auto sent = bridge.request(
+      coordinator_, transport::frame_type::echo, targets::joined, std::move(mine),
+      [answer](expected<transport::inbound_frame> r) {
+        if (!r) {
+          answer->set_value(r.err());
+          return;
+        }
+        if (r->header.type == transport::frame_type::reply) {
+          answer->set_value(std::string());
+          return;
+        }
+        // reply_error: the coordinator's reason, an encoded string.
+        std::string why;
+        if (!transport::decode_payload(std::span<const std::byte>(r->payload.data(),
+                                                                  r->payload.size()),
+                                       why) ||
+            why.empty())
+          why = "an unreadable refusal";
+        answer->set_value(std::move(why));
+      });
+  if (!sent)
+    return error(sent.err().code(), "node '" + me_ + "': cannot announce its join to node '" +
+                                        coordinator_ + "': " + sent.err().message());
+  for (;;) {
+    if (stopping()) return error(errc::unavailable, "node '" + me_ + "': stopped while joining");
+    if (future.wait_for(std::chrono::milliseconds(200)) == std::future_status::ready) break;
+  }
+  auto refused = future.get();
+  if (!refused)
+    return error(refused.err().code(), "node '" + me_ + "': joining through node '" +
+                                           coordinator_ + "': " + refused.err().message());
+  if (!refused->empty())
+    return error(errc::format_mismatch,
+                 "node '" + me_ + "': node '" + coordinator_ + "' refused it: " + *refused);
+  std::printf("cluster: node %s joined the running cluster (standby; coordinator node %s)\n",
+              me_.c_str(), coordinator_.c_str());
+  std::fflush(stdout);
+  return {};
+}
+
+expected<std::vector<std::byte>> node_membership::on_joined(const std::string& peer,
+                                                            std::span<const std::byte> payload) {
+  if (!runs_coordinator())
+    return error(errc::invalid_argument,
+                 "node '" + me_ + "' is not the coordinator's node ('" + coordinator_ + "')");
+  if (!is_standby(peer))
+    return error(errc::invalid_argument,
+                 "node '" + peer + "' is not a standby node of " + m_.file.string());
+  uint64_t theirs = 0;
+  if (payload.size() != sizeof theirs)
+    return error(errc::invalid_argument, "a joined notice of " + std::to_string(payload.size()) +
+                                             " bytes (expected a fingerprint of " +
+                                             std::to_string(sizeof theirs) + ")");
+  std::memcpy(&theirs, payload.data(), sizeof theirs);
+  if (theirs != fingerprint_) {
+    const std::string why = "node '" + peer + "' runs another manifest than node '" + me_ + "' (" +
+                            m_.file.string() + ": fingerprint " + hex16(fingerprint_) +
+                            ", theirs " + hex16(theirs) +
+                            "): start every node with the same manifest file";
+    std::fprintf(stderr, "cluster: refused standby node %s: %s\n", peer.c_str(), why.c_str());
+    return error(errc::format_mismatch, why);
+  }
+  {
+    std::lock_guard lock(mu_);
+    joined_.insert(peer);
+  }
+  std::printf("cluster: node %s joined (standby)\n", peer.c_str());
+  std::fflush(stdout);
+  return std::vector<std::byte>{};
+}
+
+void node_membership::standby_gone(const std::string& peer, const std::string& reason) {
+  bool was_joined = false;
+  {
+    std::lock_guard lock(mu_);
+    if (ending_) return;
+    was_joined = joined_.count(peer) != 0;
+  }
+  if (!was_joined) return;  // refused, or left before its notice: said already
+  // It holds nothing (a standby node hosts nothing until a scale places
+  // shards on it; a node holding shards that dies fails their requests and
+  // the run goes to the crash policy, as for any node).
+  std::fprintf(stderr, "cluster: standby node %s is gone (%s); training goes on\n", peer.c_str(),
+               reason.c_str());
+}
+
+}  // namespace strata::deploy
