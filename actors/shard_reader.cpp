@@ -12,6 +12,8 @@ struct reader_state {
   std::shared_ptr<shard_read_gate> gate;
   std::vector<std::byte> rows;  // one read's rows, kept between reads
   std::vector<uint32_t> misses;
+  // Replies held by the gate (tests).
+  std::vector<std::pair<caf::typed_response_promise<row_batch>, row_batch>> held;
   static inline const char* name = "shard_reader";
 };
 
@@ -41,15 +43,17 @@ shard_reader_actor::behavior_type reader_behavior(
           std::memcpy(found.records.data() + n * rb, st.rows.data() + i * rb, rb);
           ++n;
         }
-        if (auto& gate = st.gate) {
-          std::lock_guard lock(gate->mutex);
-          if (gate->hold) {
-            auto promise = self->make_response_promise<row_batch>();
-            gate->held.push_back([promise, found]() mutable { promise.deliver(std::move(found)); });
-            return promise;
-          }
+        if (st.gate && st.gate->hold) {
+          auto promise = self->make_response_promise<row_batch>();
+          st.held.emplace_back(promise, std::move(found));
+          return promise;
         }
         return found;
+      },
+      [self](shard_read_release_atom) {
+        auto held = std::move(self->state.held);
+        self->state.held.clear();
+        for (auto& [promise, rows] : held) promise.deliver(std::move(rows));
       },
   };
 }
@@ -60,8 +64,16 @@ shard_reader_actor spawn_shard_reader(caf::actor_system& system, std::unique_ptr
                                       bool own_thread, std::shared_ptr<shard_read_gate> gate) {
   // CAF copies spawn arguments: hand the unique_ptr over through a shared box.
   auto box = std::make_shared<std::unique_ptr<lmdb_tier>>(std::move(tier));
-  if (own_thread) return system.spawn<caf::detached>(reader_behavior, box, std::move(gate));
-  return system.spawn(reader_behavior, box, std::move(gate));
+  shard_reader_actor reader = own_thread ? system.spawn<caf::detached>(reader_behavior, box, gate)
+                                         : system.spawn(reader_behavior, box, gate);
+  if (gate) gate->reader = reader.address();
+  return reader;
+}
+
+void shard_read_gate::release() {
+  hold = false;
+  if (auto r = caf::actor_cast<shard_reader_actor>(reader))
+    caf::anon_send(r, shard_read_release_atom::value);
 }
 
 }  // namespace strata::actors

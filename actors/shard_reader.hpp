@@ -10,10 +10,10 @@
 // whose copy may have changed since the read.
 #pragma once
 
+#include <atomic>
+#include <caf/actor_addr.hpp>
 #include <caf/fwd.hpp>
-#include <functional>
 #include <memory>
-#include <mutex>
 #include <vector>
 
 #include "actors/protocol.hpp"
@@ -22,27 +22,22 @@
 namespace strata::actors {
 
 using shard_read_atom = caf::atom_constant<caf::atom("shardread")>;
+using shard_read_release_atom = caf::atom_constant<caf::atom("shardrrel")>;
 
 using shard_reader_actor =
-    caf::typed_actor<caf::replies_to<shard_read_atom, std::vector<uint64_t>>::with<row_batch>>;
+    caf::typed_actor<caf::replies_to<shard_read_atom, std::vector<uint64_t>>::with<row_batch>,
+                     // Tests (shard_read_gate): sends the held replies.
+                     caf::reacts_to<shard_read_release_atom>>;
 
 // Fault injection for tests: while `hold` is set the reader reads at once
 // but keeps its replies until release(), as if they were slow to come back
 // (the race of a read against a flush of the same key).
 struct shard_read_gate {
-  std::mutex mutex;
-  bool hold = false;
-  std::vector<std::function<void()>> held;
-  // Sends the held replies (in order) and stops holding.
-  void release() {
-    std::vector<std::function<void()>> out;
-    {
-      std::lock_guard lock(mutex);
-      hold = false;
-      out.swap(held);
-    }
-    for (auto& f : out) f();
-  }
+  std::atomic<bool> hold = false;
+  caf::actor_addr reader;  // set at spawn
+  // Stops holding; the reader sends the held replies (in order) when it
+  // gets the release message (run the scheduler in deterministic tests).
+  void release();
 };
 
 // own_thread: run detached (an LMDB read blocks its thread); off in

@@ -1,0 +1,121 @@
+// The shard's reads off its thread (actors/shard_read.cpp): a pull whose
+// rows are below DRAM waits for the reader while other pulls are answered,
+// a change arriving after a waiting pull is not seen by it, and a read that
+// raced a flush of the same key never installs its older copy.
+#include <gtest/gtest.h>
+
+#include "actors/row_batch_util.hpp"
+#include "actors/shard_actor.hpp"
+#include "actors/shard_reader.hpp"
+#include "tests/actors/actor_test_util.hpp"
+#include "tests/tiers/test_util.hpp"
+
+namespace strata::actors {
+namespace {
+
+using strata::testing::actor_harness;
+using strata::testing::exact_sum_table;
+using strata::testing::temp_dir;
+
+struct shard_read_fixture : ::testing::Test {
+  temp_dir dir;
+  actor_harness h;
+  table_config table = exact_sum_table(2);
+  std::shared_ptr<shard_read_gate> gate = std::make_shared<shard_read_gate>();
+  shard_actor shard;
+  void SetUp() override {
+    auto cfg = strata::testing::test_shard_config(dir.path(), 0, table, 16);
+    auto s = spawn_shard(h.system(), cfg, gate);
+    ASSERT_TRUE(s) << s.err().to_string();
+    shard = *s;
+  }
+  // A held reply keeps a pull waiting (and the shard alive): let it go.
+  void TearDown() override {
+    gate->release();
+    h.sched().run();
+  }
+  void push(uint64_t first, uint64_t count, float inc) {
+    push_request req;
+    for (uint64_t k = first; k < first + count; ++k) req.keys.push_back(k);
+    req.grads.assign(req.keys.size() * table.layout.dim, -inc);
+    h.call<push_reply>(shard, push_atom::value, req);
+  }
+  float weight(const pull_reply& r, size_t i = 0) {
+    return weights_of(rows_of(r.rows, table.layout)[i])[0];
+  }
+  float pulled(uint64_t key) {
+    return weight(h.call<pull_reply>(shard, pull_atom::value, std::vector<uint64_t>{key}));
+  }
+  // Keys 0..63 at 3.0 in LMDB; DRAM (16 rows) holds 48..63.
+  void cold_rows() {
+    push(0, 64, 3.0f);
+    h.call<ok_atom>(shard, drain_atom::value);
+    std::vector<uint64_t> last;
+    for (uint64_t k = 48; k < 64; ++k) last.push_back(k);
+    h.call<pull_reply>(shard, pull_atom::value, last);
+  }
+};
+
+// While the reader holds key 0's read, a pull of a row in DRAM is answered;
+// the cold pull is answered once the read comes back.
+TEST_F(shard_read_fixture, WarmPullIsAnsweredWhileAColdPullWaitsForTheReader) {
+  cold_rows();
+  gate->hold = true;
+  auto cold = h.ask<pull_reply>(shard, pull_atom::value, std::vector<uint64_t>{0});
+  h.sched().run();
+  EXPECT_FALSE(cold->value) << "the cold pull did not wait for its read";
+  auto warm = h.ask<pull_reply>(shard, pull_atom::value, std::vector<uint64_t>{63});
+  h.sched().run();
+  ASSERT_TRUE(warm->value) << "a pull of a DRAM row waited behind the LMDB read";
+  EXPECT_EQ(weight(*warm->value), 3.0f);
+  EXPECT_FALSE(cold->value);
+  auto before = h.call<tier_stats>(shard, stats_atom::value);
+  gate->release();
+  h.sched().run();
+  ASSERT_TRUE(cold->value);
+  EXPECT_EQ(weight(*cold->value), 3.0f);
+  auto after = h.call<tier_stats>(shard, stats_atom::value);
+  EXPECT_EQ(after.chain_hits[2], before.chain_hits[2] + 1);  // installed from the read
+}
+
+// The race: the reader reads key 0 (3.0), then a push makes it 8.0 and the
+// row is evicted, flushed and released before the read's reply arrives.
+// The older copy must not be installed: the next pull sees 8.0. The pull
+// that was waiting when the push came is answered before the push (3.0).
+TEST_F(shard_read_fixture, ReadThatRacedAFlushOfItsKeyIsNotInstalled) {
+  cold_rows();
+  gate->hold = true;
+  auto early = h.ask<pull_reply>(shard, pull_atom::value, std::vector<uint64_t>{0});
+  h.sched().run();  // the reader has read 3.0 and holds its reply
+  ASSERT_FALSE(early->value);
+  push(0, 1, 5.0f);  // answers the waiting pull first, then 0 -> 8.0
+  ASSERT_TRUE(early->value);
+  EXPECT_EQ(weight(*early->value), 3.0f) << "a waiting pull saw a push that came after it";
+  push(100, 64, 1.0f);  // evicts key 0 (dirty): flushed and released
+  h.call<ok_atom>(shard, drain_atom::value);
+  auto before = h.call<tier_stats>(shard, stats_atom::value);
+  ASSERT_EQ(before.write_behind_rows, 0u);
+  gate->release();  // the read of 3.0 arrives now
+  h.sched().run();
+  EXPECT_EQ(pulled(0), 8.0f) << "the read's older copy replaced the flushed row";
+}
+
+// A prefetch reads off the thread too; the pull after it finds DRAM.
+TEST_F(shard_read_fixture, PrefetchedRowsAreInstalledWhenTheReadReturns) {
+  cold_rows();
+  h.system().spawn([s = shard](caf::event_based_actor* self) {
+    self->send(s, prefetch_atom::value, std::vector<uint64_t>{0, 1, 1000});
+  });
+  h.sched().run();
+  auto before = h.call<tier_stats>(shard, stats_atom::value);
+  auto r = h.call<pull_reply>(shard, pull_atom::value, std::vector<uint64_t>{0, 1, 1000});
+  EXPECT_EQ(weight(r, 0), 3.0f);
+  EXPECT_EQ(weight(r, 1), 3.0f);
+  EXPECT_EQ(weight(r, 2), 0.0f);  // never stored: the initializer's row
+  auto after = h.call<tier_stats>(shard, stats_atom::value);
+  EXPECT_EQ(after.lmdb_waits, before.lmdb_waits);
+  EXPECT_EQ(after.chain_hits[0], before.chain_hits[0] + 3);
+}
+
+}  // namespace
+}  // namespace strata::actors
