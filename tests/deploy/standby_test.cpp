@@ -9,7 +9,8 @@
 // - a standby node with another cluster secret, or another manifest, is
 //   refused naming why (the fingerprints), and training goes on;
 // - a joined standby node that is killed (it holds nothing) is logged and
-//   training goes on to a clean end.
+//   training goes on to a clean end;
+// - once joined, a scale places shards on it (exact sums at the end).
 // Real processes over the UCX transport on loopback; polls with deadlines.
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -23,6 +24,7 @@
 #include <vector>
 
 #include "actors/checkpoint.hpp"
+#include "tests/deploy/exact_sums.hpp"
 #include "tests/deploy/process_util.hpp"
 #include "tests/tiers/test_util.hpp"
 
@@ -36,8 +38,10 @@ constexpr double deadline_s = 300;
 
 // Three nodes that start (n0 coordinates) and `standby` standby nodes
 // (n3, n4, ...), the count objective (exact sums), the admin API on n0;
-// training runs far longer than the test (it is stopped).
-fs::path write_manifest(const fs::path& d, uint16_t admin_port, int standby) {
+// training runs far longer than the test (it is stopped): many epochs of
+// a small file, or (`one_epoch`, for the exact-sum oracle, which reads each
+// line once) one epoch of a large one.
+fs::path write_manifest(const fs::path& d, uint16_t admin_port, int standby, bool one_epoch) {
   const fs::path file = d / "standby.yaml";
   std::ofstream m(file);
   m << "name: standby\nmode: async\npartitions: 256\nthreads: 2\n"
@@ -53,9 +57,10 @@ fs::path write_manifest(const fs::path& d, uint16_t admin_port, int standby) {
     << "shards:\n  count: 3\n  dram_bytes: 256KiB\n  ssd_path: " << (d / "state").string()
     << "\n  map_bytes: 256MiB\n"
     << "caches:\n  count: 3\n  sets: 16\n"
-    << "workers:\n  count: 3\n  batch_size: 64\n  epochs: 1000\n"
+    << "workers:\n  count: 3\n  batch_size: 64\n  epochs: " << (one_epoch ? 1 : 1000) << "\n"
     << "data:\n  path: " << (d / "data.tsv").string() << "\n  heldout_fraction: 0\n"
-    << "  generate:\n    rows: 20000\n    distinct_keys: 5000\n    seed: 3\n"
+    << "  generate:\n    rows: " << (one_epoch ? 300000 : 20000)
+    << "\n    distinct_keys: 5000\n    seed: 3\n"
     << "checkpoint:\n  dir: " << (d / "ckpt").string() << "\n  keep: 10\n"
     << "transport:\n  heartbeat_interval_ms: 1000\n  heartbeat_timeout_ms: 10000\n"
     << "  join_timeout_seconds: 120\n"
@@ -72,9 +77,9 @@ std::string read_text(const fs::path& f) {
 // A running three-node cluster with standby nodes, and the CLI around it.
 class standby_cluster {
  public:
-  standby_cluster(const fs::path& d, int standby)
+  standby_cluster(const fs::path& d, int standby, bool one_epoch = false)
       : d_(d),
-        manifest_(write_manifest(d, testing::free_port(), standby)),
+        manifest_(write_manifest(d, testing::free_port(), standby, one_epoch)),
         launch_({"launch", manifest_.string()}, d / "out.txt", d / "err.txt") {}
 
   const fs::path& manifest() const { return manifest_; }
@@ -279,6 +284,65 @@ TEST(Standby, RefusedStandbyNodesAndAKilledOneLeaveTrainingAlone) {
   EXPECT_EQ(c.health("n3").rfind("down: ", 0), 0u) << c.health("n3");
   c.stop_cleanly();
   EXPECT_TRUE(actors::latest_checkpoint(d / "ckpt")) << c.launch().out();
+}
+
+// With remote scaling (strata scale --placement on any connected node): a
+// scale places two new shards on the standby node once it joined (refused,
+// naming it, before), training goes on, and the final checkpoint holds the
+// exact sums: rows migrated onto the joined node and back through its
+// shards' checkpoint copies lost nothing.
+TEST(Standby, ScalePlacesShardsOnAJoinedStandbyNodeWithExactSums) {
+  temp_dir dir;
+  const fs::path d = dir.path();
+  standby_cluster c(d, 1, /*one_epoch=*/true);
+  c.wait_for_training();
+  const std::string m = c.manifest().string();
+
+  // Before it joined: refused, and training goes on.
+  auto [rcr, outr, errr] =
+      c.cli({"scale", "--manifest", m, "--shards", "4", "--placement", "n0", "n1", "n2", "n3"});
+  EXPECT_EQ(rcr, 1) << outr;
+  EXPECT_NE(errr.find("placement: shard 3 on node \"n3\": the node is standby (not joined)"),
+            std::string::npos)
+      << errr;
+  ASSERT_TRUE(c.launch().running()) << c.launch().out() << c.launch().err();
+  auto refused = c.status();
+  ASSERT_TRUE(refused.is_object());
+  EXPECT_EQ(refused["shards"].size(), 3u) << refused.dump();
+
+  auto n3 = c.start_node("n3");
+  c.wait_joined("n3", *n3);
+  // 3 -> 5: shards 3 and 4 on n3, under its own ssd_path.
+  auto [rc5, out5, err5] =
+      c.cli({"scale", "--manifest", m, "--shards", "5", "--placement", "n0", "n1", "n2", "n3", "n3"});
+  ASSERT_EQ(rc5, 0) << out5 << err5 << c.launch().err() << n3->err();
+  auto st5 = c.status();
+  ASSERT_EQ(st5["shards"].size(), 5u) << st5.dump();
+  for (size_t i = 3; i < 5; ++i) {
+    EXPECT_EQ(st5["shards"][i]["node"], "n3") << st5.dump();
+    EXPECT_EQ(st5["shards"][i]["health"], "ok") << st5.dump();
+    EXPECT_GT(st5["shards"][i]["partition_count"].get<uint64_t>(), 0u) << st5.dump();
+  }
+  EXPECT_TRUE(fs::exists(d / "ssd-n3" / "shard-3" / "data.mdb"));
+  EXPECT_TRUE(fs::exists(d / "ssd-n3" / "shard-4" / "data.mdb"));
+  const uint64_t before = st5["training"]["examples"].get<uint64_t>();
+  ASSERT_TRUE(poll_until(
+      [&] {
+        auto st = c.status();
+        return !c.launch().running() ||
+               (st.is_object() && st["training"]["examples"].get<uint64_t>() > before);
+      },
+      deadline_s));
+
+  c.stop_cleanly();
+  auto st = n3->wait(deadline_s);
+  ASSERT_TRUE(st) << "node n3 did not end\n" << n3->out() << n3->err();
+  EXPECT_TRUE(WIFEXITED(*st) && WEXITSTATUS(*st) == 0) << n3->out() << n3->err();
+  auto latest = actors::latest_checkpoint(d / "ckpt");
+  ASSERT_TRUE(latest) << "no checkpoint\n" << c.launch().out();
+  auto positions = check_exact_sums(c.manifest(), *latest);
+  ASSERT_EQ(positions.size(), 3u);
+  for (auto p : positions) EXPECT_GT(p, 0u);
 }
 
 }  // namespace
