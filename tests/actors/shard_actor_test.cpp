@@ -253,6 +253,37 @@ TEST_F(shard_fixture, StatsCountRequestsFlushesAndLatencies) {
   EXPECT_GT(count("lmdb_read"), 0u);  // the pulls reached evicted rows in LMDB
 }
 
+// Coalescing: a row rewritten three times before its flush (each time
+// pushed, then evicted into the write-behind buffer, where the newer copy
+// replaces the queued one) is written to LMDB once, with the last value.
+TEST(ShardFlush, RowRewrittenBeforeItsFlushIsFlushedOnce) {
+  temp_dir dir;
+  actor_harness h;
+  auto table = exact_sum_table(2);
+  auto cfg = make_shard(dir, 0, table, 16);
+  cfg.flush_batch_rows = 1000;  // nothing leaves before the drain
+  auto s = spawn_shard(h.system(), cfg);
+  ASSERT_TRUE(s) << s.err().to_string();
+  auto push = [&](uint64_t first, uint64_t count) {
+    push_request req;
+    for (uint64_t k = first; k < first + count; ++k) req.keys.push_back(k);
+    req.grads.assign(req.keys.size() * table.layout.dim, -1.0f);
+    h.call<push_reply>(*s, push_atom::value, req);
+  };
+  for (uint64_t round = 1; round <= 3; ++round) {
+    push(0, 1);
+    push(100 * round, 16);  // evicts key 0 (dirty) into the write-behind
+  }
+  auto queued = h.call<tier_stats>(*s, stats_atom::value);
+  EXPECT_EQ(queued.flushed_rows, 0u);
+  h.call<ok_atom>(*s, drain_atom::value);
+  auto drained = h.call<tier_stats>(*s, stats_atom::value);
+  EXPECT_EQ(drained.flushed_rows, 1u + 3 * 16) << "key 0 was written more than once";
+  EXPECT_EQ(drained.lmdb_rows, 1u + 3 * 16);
+  auto r = h.call<pull_reply>(*s, pull_atom::value, std::vector<uint64_t>{0});
+  EXPECT_EQ(weight(r, table.layout, 0), 3.0f);
+}
+
 TEST(ShardSpawn, UnusableLmdbDirectoryIsAnErrorNamingThePath) {
   temp_dir dir;
   actor_harness h;
