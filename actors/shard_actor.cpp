@@ -1,5 +1,8 @@
 #include "actors/shard_actor.hpp"
 
+#include <cstdlib>
+#include <string_view>
+
 #include "actors/checkpoint.hpp"
 #include "actors/shard_internal.hpp"
 
@@ -83,6 +86,8 @@ shard_actor::behavior_type shard_behavior(shard_pointer self, shard_config confi
   st.flusher = flusher;
   st.reader = reader;
   st.probe = row_buffer(st.config.table.layout);
+  const char* sync_reads = std::getenv("STRATA_SHARD_SYNC_READS");
+  st.async_reads = sync_reads == nullptr || std::string_view(sync_reads) != "1";
   st.read_timer = std::make_unique<lmdb_read_timer>(st.config.clock, &st.metrics.lmdb_read);
   st.chain->set_observer(st.read_timer.get());
   // A restored shard: the TTL clock and admission sketch of the checkpoint.
@@ -96,7 +101,12 @@ shard_actor::behavior_type shard_behavior(shard_pointer self, shard_config confi
   return {
       [self, layout](pull_atom, const std::vector<uint64_t>& keys) -> caf::result<pull_reply> {
         if (self->state.fatal) return self->state.fatal;
-        if (all_keys_local(self->state)) return pull_async(self, keys);
+        if (all_keys_local(self->state)) {
+          if (self->state.async_reads) return pull_async(self, keys);
+          pull_reply reply;
+          if (auto err = pull_local(self, keys, reply)) return err;
+          return reply;
+        }
         auto split = split_keys(self->state, keys);
         if (split.remote.empty()) {
           pull_reply reply;
@@ -243,7 +253,16 @@ shard_actor::behavior_type shard_behavior(shard_pointer self, shard_config confi
         ++self->state.metrics.prefetch_requests;
         self->state.metrics.prefetch_rows += keys.size();
         // The cold keys are read off this thread and installed when read.
-        prefetch_async(self, keys);
+        if (self->state.async_reads) {
+          prefetch_async(self, keys);
+          return;
+        }
+        auto& scratch = self->state.probe;
+        scratch.clear();
+        for (uint64_t k : keys) scratch.append(k);
+        auto s = self->state.chain->lookup(keys, scratch.rows(), nullptr);
+        if (!s) caf::aout(self) << "strata: prefetch failed: " << s.err().to_string() << "\n";
+        maybe_flush(self);
       },
       [self](tick_atom, uint32_t tick) {
         if (self->state.fatal) return;
@@ -550,7 +569,7 @@ expected<shard_actor> spawn_shard(caf::actor_system& system, const shard_config&
   auto flusher =
       spawn_ssd_flush(system, std::move(*writer), config.flush_on_own_thread, config.clock);
   auto read_actor = spawn_shard_reader(system, std::move(*read_handle), config.flush_on_own_thread,
-                                   std::move(read_gate));
+                                       std::move(read_gate));
   auto chain = std::make_shared<std::unique_ptr<tier_chain>>(std::make_unique<tier_chain>(
       config.table, config.chain, std::make_unique<dram_tier>(config.table.layout, config.dram),
       std::move(*reader)));
