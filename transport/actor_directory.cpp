@@ -21,13 +21,28 @@ caf::actor actor_directory::remove_local(uint32_t target) {
 }
 
 caf::actor actor_directory::proxy(const std::string& node, uint32_t target) {
-  std::lock_guard lock(mu_);
-  auto& slot = proxies_[{node, target}];
-  if (!slot) {
+  caf::actor made;
+  {
+    std::lock_guard lock(mu_);
+    auto& slot = proxies_[{node, target}];
+    if (slot) return slot;
     slot = make_proxy_(node, target);
     refs_[slot.address()] = actor_ref{node, target};
+    made = slot;
   }
-  return slot;
+  // Outside the lock: a proxy that has already exited runs it at once.
+  made->attach_functor([weak = weak_from_this(), node, target, addr = made.address()] {
+    if (auto d = weak.lock()) d->forget_proxy(node, target, addr);
+  });
+  return made;
+}
+
+void actor_directory::forget_proxy(const std::string& node, uint32_t target,
+                                   const caf::actor_addr& addr) {
+  std::lock_guard lock(mu_);
+  refs_.erase(addr);
+  if (auto it = proxies_.find({node, target}); it != proxies_.end() && it->second.address() == addr)
+    proxies_.erase(it);
 }
 
 expected<actor_ref> actor_directory::ref_of(const caf::actor& shard) const {

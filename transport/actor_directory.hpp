@@ -14,6 +14,7 @@
 #include <caf/all.hpp>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -26,7 +27,7 @@
 
 namespace strata::transport {
 
-class actor_directory {
+class actor_directory : public std::enable_shared_from_this<actor_directory> {
  public:
   // make_proxy(node, target): a new proxy of that node's shard.
   using proxy_maker = std::function<caf::actor(const std::string& node, uint32_t target)>;
@@ -36,7 +37,10 @@ class actor_directory {
   void add_local(uint32_t target, caf::actor shard);
   // The shard exported as `target` (null if none), no longer known.
   caf::actor remove_local(uint32_t target);
-  // The proxy of (node, target), made if there is none yet.
+  // The proxy of (node, target), made if there is none yet (or the one
+  // there has exited: a retired shard's proxy is told to exit, and a later
+  // shard under the same index must get a live one). Only for a directory
+  // owned by a shared_ptr.
   caf::actor proxy(const std::string& node, uint32_t target);
   expected<actor_ref> ref_of(const caf::actor& shard) const;
   expected<caf::actor> resolve(const actor_ref& ref);
@@ -44,6 +48,8 @@ class actor_directory {
   void clear();
 
  private:
+  void forget_proxy(const std::string& node, uint32_t target, const caf::actor_addr& addr);
+
   std::shared_ptr<node_bridge> bridge_;
   proxy_maker make_proxy_;
   mutable std::mutex mu_;

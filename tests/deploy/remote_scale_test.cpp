@@ -3,11 +3,11 @@
 // objective; `strata scale --shards 5 --placement ...` spawns shards 3 and 4
 // on the two nodes other than the coordinator's (each in that node's own
 // ssd_path) while training goes on, `strata status` shows them there, a
-// scale back to 3 retires them and removes their files on their nodes, and
-// after a graceful stop the final checkpoint holds the exact sums of every
-// batch trained (the independent oracle, tests/deploy/exact_sums.hpp): no
-// update was lost or applied twice across the two migrations. Async and
-// pass mode. Refusals: more shards than partitions, an unknown node.
+// scale back to 3 retires them and removes their files on their nodes, a
+// scale to 4 puts a fresh shard 3 on n1 again, and after a graceful stop
+// the final checkpoint holds the exact sums of every batch trained (the
+// independent oracle, tests/deploy/exact_sums.hpp): no update was lost or
+// applied twice across the three migrations. Async and pass mode. Refusals: more shards than partitions, an unknown node.
 // Polls with deadlines; no fixed sleeps.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -138,6 +138,17 @@ void scale_across_nodes(bool pass) {
       << "the retired shards' files are still on their nodes";
   auto st3 = status();
   EXPECT_EQ(st3["shards"].size(), 3u) << st3.dump();
+
+  // 3 -> 4: shard 3 again on n1 (a fresh shard under the same index and
+  // target: the coordinator's node must not reuse the retired one's proxy).
+  auto [rc4, out4, err4] =
+      cli({"scale", "--manifest", m, "--shards", "4", "--placement", "n0", "n1", "n2", "n1"});
+  ASSERT_EQ(rc4, 0) << out4 << err4 << cluster.err();
+  auto st4 = status();
+  ASSERT_EQ(st4["shards"].size(), 4u) << st4.dump();
+  EXPECT_EQ(st4["shards"][3]["node"], "n1") << st4.dump();
+  EXPECT_EQ(st4["shards"][3]["health"], "ok") << st4.dump();
+  EXPECT_TRUE(fs::exists(d / "ssd-n1" / "shard-3" / "data.mdb"));
 
   auto [rcx, outx, errx] = cli({"stop", "--manifest", m});
   EXPECT_EQ(rcx, 0) << errx;
