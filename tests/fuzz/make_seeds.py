@@ -162,6 +162,21 @@ def string(s):
 
 
 SHARD_PULL, SHARD_PUSH, SHARD_TICK, HEARTBEAT, REPLY_ERROR = 16, 17, 20, 3, 65
+SHARD_MIGRATE, SHARD_COMMIT, CACHE_MAP, SPAWN_SHARD = 38, 43, 31, 56
+
+
+def vec_u32(values):
+    return struct.pack("<Q", len(values)) + b"".join(struct.pack("<I", v) for v in values)
+
+
+def actor_refs(refs):  # (node name, target) pairs: transport/payloads.hpp actor_ref
+    return struct.pack("<Q", len(refs)) + b"".join(string(n) + struct.pack("<I", t)
+                                                   for n, t in refs)
+
+
+# routing_wire: epoch, owners, shards as actor refs
+routing = struct.pack("<Q", 2) + vec_u32([0, 1, 0, 1]) + actor_refs([(b"n0", 0x10000),
+                                                                     (b"n1", 0x10001)])
 frame = {
     "valid-shard-pull": node_frame(SHARD_PULL, 1, vec_u64([1, 2, 3])),
     "valid-heartbeat": node_frame(HEARTBEAT, 0, b""),
@@ -185,6 +200,16 @@ frame = {
     "tick-trailing-bytes": node_frame(SHARD_TICK, 1, struct.pack("<IB", 3, 0)),
     "error-text-too-long": node_frame(REPLY_ERROR, 1, struct.pack("<Q", 100) + b"short"),
     "extra-bytes-after-frame": node_frame(SHARD_PULL, 1, vec_u64([1])) + b"\0\0",
+    # scaling across nodes (issue 19): shards named as (node, target)
+    "valid-shard-commit": node_frame(SHARD_COMMIT, 1, routing),
+    "valid-cache-map": node_frame(CACHE_MAP, 1, routing),
+    "valid-shard-migrate": node_frame(SHARD_MIGRATE, 1, struct.pack("<Q", 2) + vec_u32([3, 7])
+                                      + actor_refs([(b"n2", 0x10003), (b"n2", 0x10003)])),
+    "valid-spawn-shard": node_frame(SPAWN_SHARD, 1, struct.pack("<I", 3)),
+    "commit-ref-name-overflow": node_frame(SHARD_COMMIT, 1, struct.pack("<Q", 2) + vec_u32([0])
+                                           + struct.pack("<QQ", 1, 1 << 40) + b"n0"),
+    "commit-ref-truncated-target": node_frame(SHARD_COMMIT, 1, routing[:-2]),
+    "spawn-shard-path": node_frame(SPAWN_SHARD, 1, struct.pack("<I", 3) + string(b"/etc")),
 }
 
 corpora = {"frame": frame, "wire": wire, "serving_http": serving_http, "admin_http": admin_http, "reader": reader}
