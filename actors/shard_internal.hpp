@@ -191,9 +191,10 @@ caf::result<pull_reply> pull_async(shard_pointer self, const std::vector<uint64_
 // Prefetch of local keys: reads the cold ones off the thread and installs
 // them (nobody waits).
 void prefetch_async(shard_pointer self, const std::vector<uint64_t>& keys);
-// A request that may change rows (push, write-back, ...) arrives: parked
-// pulls waiting for any of `keys` are answered first (reading LMDB on the
-// shard's thread), so no pull sees a change made after it arrived.
+// A push or write-back arrives: the parked pulls are answered first (their
+// cold keys read on the shard's thread), so no pull sees a change made
+// after it arrived and a client gets a pull's reply before the answer to
+// its later write (shard_read.cpp says why every parked pull).
 void settle_parked(shard_pointer self, std::span<const uint64_t> keys);
 // The same for every parked pull (migration, drain, cut).
 void settle_all_parked(shard_pointer self);

@@ -230,13 +230,13 @@ void prefetch_async(shard_pointer self, const std::vector<uint64_t>& keys) {
 }
 
 void settle_parked(shard_pointer self, std::span<const uint64_t> keys) {
-  auto& st = self->state;
-  if (st.parked.empty()) return;
-  for (uint64_t k : keys)
-    if (st.parked_cold.contains(k)) {
-      settle_all_parked(self);
-      return;
-    }
+  // Every parked pull, not only those waiting for these keys: a client
+  // (a cache) must get the reply of its pull before the acknowledgement
+  // of a later write-back or push, as when every read was on this thread;
+  // a pass-mode cache that evicted and wrote back a row would otherwise
+  // take a pull's older copy of it for current (ExactSumThreaded/Pass).
+  (void)keys;
+  settle_all_parked(self);
 }
 
 void settle_all_parked(shard_pointer self) {

@@ -100,6 +100,24 @@ TEST_F(shard_read_fixture, ReadThatRacedAFlushOfItsKeyIsNotInstalled) {
   EXPECT_EQ(pulled(0), 8.0f) << "the read's older copy replaced the flushed row";
 }
 
+// A client gets its pull's reply before the answer to a later write of
+// any key (as when every read was on the shard's thread): a pass-mode
+// cache that wrote a row back and evicted it must not get an older copy
+// of it afterwards from a pull it sent before.
+TEST_F(shard_read_fixture, WaitingPullIsAnsweredBeforeALaterWriteBack) {
+  cold_rows();
+  gate->hold = true;
+  auto cold = h.ask<pull_reply>(shard, pull_atom::value, std::vector<uint64_t>{0});
+  h.sched().run();
+  ASSERT_FALSE(cold->value);
+  auto row = h.call<pull_reply>(shard, pull_atom::value, std::vector<uint64_t>{63});
+  auto written = h.ask<ok_atom>(shard, write_back_atom::value, row.rows);
+  h.sched().run();
+  ASSERT_TRUE(written->value);
+  ASSERT_TRUE(cold->value) << "the write-back was answered before an earlier pull";
+  EXPECT_EQ(weight(*cold->value), 3.0f);
+}
+
 // A prefetch reads off the thread too; the pull after it finds DRAM.
 TEST_F(shard_read_fixture, PrefetchedRowsAreInstalledWhenTheReadReturns) {
   cold_rows();
