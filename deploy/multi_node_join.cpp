@@ -128,11 +128,24 @@ void node_membership::standby_gone(const std::string& peer, const std::string& r
     was_joined = joined_.count(peer) != 0;
   }
   if (!was_joined) return;  // refused, or left before its notice: said already
-  // It holds nothing (a standby node hosts nothing until a scale places
-  // shards on it; a node holding shards that dies fails their requests and
-  // the run goes to the crash policy, as for any node).
-  std::fprintf(stderr, "cluster: standby node %s is gone (%s); training goes on\n", peer.c_str(),
-               reason.c_str());
+  // A standby node hosts nothing until a scale places shards on it. One
+  // holding shards is lost like any node: their requests fail and the run
+  // goes to the crash policy (checkpoint.on_failure).
+  std::string held;
+  if (spawner_) {
+    const auto homes = spawner_->homes();
+    for (size_t i = 0; i < homes.size(); ++i)
+      if (homes[i] == peer) held += (held.empty() ? "" : ", ") + std::to_string(i);
+  }
+  if (held.empty())
+    std::fprintf(stderr,
+                 "cluster: standby node %s is gone (%s); it held no shards: training goes on\n",
+                 peer.c_str(), reason.c_str());
+  else
+    std::fprintf(stderr,
+                 "cluster: standby node %s is gone (%s) with shards %s: their requests fail "
+                 "(checkpoint.on_failure decides)\n",
+                 peer.c_str(), reason.c_str(), held.c_str());
 }
 
 }  // namespace strata::deploy

@@ -10,7 +10,8 @@
 //   refused naming why (the fingerprints), and training goes on;
 // - a joined standby node that is killed (it holds nothing) is logged and
 //   training goes on to a clean end;
-// - once joined, a scale places shards on it (exact sums at the end).
+// - once joined, a scale places shards on it (exact sums at the end); killed
+//   while it holds one, it fails the run like any node.
 // Real processes over the UCX transport on loopback; polls with deadlines.
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -343,6 +344,39 @@ TEST(Standby, ScalePlacesShardsOnAJoinedStandbyNodeWithExactSums) {
   auto positions = check_exact_sums(c.manifest(), *latest);
   ASSERT_EQ(positions.size(), 3u);
   for (auto p : positions) EXPECT_GT(p, 0u);
+}
+
+// The other side of the line: a joined standby node holding shards (a
+// scale put one there) that dies is lost like any node: its shard's
+// requests fail, training fails naming it, and the launcher (policy stop)
+// exits non-zero; no process hangs.
+TEST(Standby, AKilledStandbyNodeHoldingAShardFailsTheRun) {
+  temp_dir dir;
+  const fs::path d = dir.path();
+  standby_cluster c(d, 1, /*one_epoch=*/true);
+  c.wait_for_training();
+  const std::string m = c.manifest().string();
+  auto n3 = c.start_node("n3");
+  c.wait_joined("n3", *n3);
+  auto [rc4, out4, err4] =
+      c.cli({"scale", "--manifest", m, "--shards", "4", "--placement", "n0", "n1", "n2", "n3"});
+  ASSERT_EQ(rc4, 0) << out4 << err4 << c.launch().err() << n3->err();
+  n3->signal(SIGKILL);
+  ASSERT_TRUE(n3->wait(deadline_s));
+  auto st = c.launch().wait(deadline_s);
+  ASSERT_TRUE(st) << "the launcher hung after n3 was killed\n" << c.launch().err();
+  EXPECT_FALSE(WIFEXITED(*st) && WEXITSTATUS(*st) == 0) << c.launch().out() << c.launch().err();
+  // Whichever node lost it first names it: a worker's request to shard 3,
+  // or the coordinator's node (when it notices before it stops).
+  const std::string err = c.launch().err();
+  EXPECT_TRUE(err.find("node 'n3' is down (") != std::string::npos ||
+              err.find("cluster: standby node n3 is gone (") != std::string::npos)
+      << err;
+  if (err.find("cluster: standby node n3 is gone (") != std::string::npos)
+    EXPECT_NE(err.find(") with shards 3: their requests fail"), std::string::npos) << err;
+  EXPECT_EQ(err.find("it held no shards"), std::string::npos) << err;
+  EXPECT_EQ(c.launch().out().find("== report: cluster standby"), std::string::npos)
+      << "training finished anyway";
 }
 
 }  // namespace
