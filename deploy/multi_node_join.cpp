@@ -38,8 +38,11 @@ std::string node_membership::standby_note() const {
 
 bool node_membership::expects_finish(const std::string& peer) const {
   if (!is_standby(peer)) return true;
-  std::lock_guard lock(mu_);
-  return joined_.count(peer) != 0 && transport_ && transport_->bridge().is_up(peer);
+  {
+    std::lock_guard lock(mu_);
+    if (joined_.count(peer) == 0) return false;
+  }
+  return transport_ && transport_->bridge().is_up(peer);
 }
 
 status node_membership::announce_join() {
@@ -72,9 +75,16 @@ status node_membership::announce_join() {
   if (!sent)
     return error(sent.err().code(), "node '" + me_ + "': cannot announce its join to node '" +
                                         coordinator_ + "': " + sent.err().message());
+  // The coordinator's node answers once it has exported its own actors
+  // (it holds frames until then): within the join timeout, as any join.
   for (;;) {
     if (stopping()) return error(errc::unavailable, "node '" + me_ + "': stopped while joining");
     if (future.wait_for(std::chrono::milliseconds(200)) == std::future_status::ready) break;
+    if (std::chrono::steady_clock::now() >= deadline_)
+      return error(errc::unavailable,
+                   "node '" + me_ + "': node '" + coordinator_ + "' did not answer its join within " +
+                       std::to_string(m_.transport.join_timeout_seconds) +
+                       " s (transport.join_timeout_seconds)");
   }
   auto refused = future.get();
   if (!refused)
