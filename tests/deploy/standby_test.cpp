@@ -42,10 +42,12 @@ constexpr double deadline_s = 300;
 // training runs far longer than the test (it is stopped): many epochs of
 // a small file, or (`one_epoch`, for the exact-sum oracle, which reads each
 // line once) one epoch of a large one.
-fs::path write_manifest(const fs::path& d, uint16_t admin_port, int standby, bool one_epoch) {
+fs::path write_manifest(const fs::path& d, uint16_t admin_port, int standby, bool one_epoch,
+                        bool pass) {
   const fs::path file = d / "standby.yaml";
   std::ofstream m(file);
-  m << "name: standby\nmode: async\npartitions: 256\nthreads: 2\n"
+  m << "name: standby\nmode: " << (pass ? "pass\npass_batches: 20" : "async")
+    << "\npartitions: 256\nthreads: 2\n"
     << "cluster_secret:\n  file: " << (d / "standby.secret").string()
     << "\n  create_if_missing: true\nnodes:\n";
   for (int i = 0; i < 3 + standby; ++i)
@@ -78,9 +80,9 @@ std::string read_text(const fs::path& f) {
 // A running three-node cluster with standby nodes, and the CLI around it.
 class standby_cluster {
  public:
-  standby_cluster(const fs::path& d, int standby, bool one_epoch = false)
+  standby_cluster(const fs::path& d, int standby, bool one_epoch = false, bool pass = false)
       : d_(d),
-        manifest_(write_manifest(d, testing::free_port(), standby, one_epoch)),
+        manifest_(write_manifest(d, testing::free_port(), standby, one_epoch, pass)),
         launch_({"launch", manifest_.string()}, d / "out.txt", d / "err.txt") {}
 
   const fs::path& manifest() const { return manifest_; }
@@ -291,11 +293,11 @@ TEST(Standby, RefusedStandbyNodesAndAKilledOneLeaveTrainingAlone) {
 // scale places two new shards on the standby node once it joined (refused,
 // naming it, before), training goes on, and the final checkpoint holds the
 // exact sums: rows migrated onto the joined node and back through its
-// shards' checkpoint copies lost nothing.
-TEST(Standby, ScalePlacesShardsOnAJoinedStandbyNodeWithExactSums) {
+// shards' checkpoint copies lost nothing. Async and pass mode.
+void scale_onto_standby(bool pass) {
   temp_dir dir;
   const fs::path d = dir.path();
-  standby_cluster c(d, 1, /*one_epoch=*/true);
+  standby_cluster c(d, 1, /*one_epoch=*/true, pass);
   c.wait_for_training();
   const std::string m = c.manifest().string();
 
@@ -344,6 +346,12 @@ TEST(Standby, ScalePlacesShardsOnAJoinedStandbyNodeWithExactSums) {
   auto positions = check_exact_sums(c.manifest(), *latest);
   ASSERT_EQ(positions.size(), 3u);
   for (auto p : positions) EXPECT_GT(p, 0u);
+}
+
+TEST(Standby, ScalePlacesShardsOnAJoinedStandbyNodeWithExactSums) { scale_onto_standby(false); }
+
+TEST(Standby, ScalePlacesShardsOnAJoinedStandbyNodeWithExactSumsPassMode) {
+  scale_onto_standby(true);
 }
 
 // The other side of the line: a joined standby node holding shards (a
