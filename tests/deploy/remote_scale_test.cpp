@@ -167,11 +167,7 @@ TEST(RemoteScale, ThreeNodesScaleOntoOtherNodesAndBackWithExactSumsAsync) {
   scale_across_nodes(false);
 }
 
-// Disabled: a pass-mode cluster of three nodes stopped by `strata stop`
-// fails the exact-sum check now and then (a few keys) even with no scale
-// (the same test with the scale steps removed: 1 run of 2); not a scaling
-// bug. Enable once a stopped multi-node pass-mode run keeps exact sums.
-TEST(RemoteScale, DISABLED_ThreeNodesScaleOntoOtherNodesAndBackWithExactSumsPassMode) {
+TEST(RemoteScale, ThreeNodesScaleOntoOtherNodesAndBackWithExactSumsPassMode) {
   scale_across_nodes(true);
 }
 
