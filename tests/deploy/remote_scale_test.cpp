@@ -31,8 +31,9 @@ using strata::testing::temp_dir;
 constexpr double deadline_s = 300;
 
 // Three nodes (count objective), admin API on n0, each node's shards under
-// d/ssd-nX; one epoch (the oracle reads each line once), long enough that
-// the test stops the run.
+// d/ssd-nX (a small DRAM tier: most rows are in LMDB, so a scale's copy
+// streams rows between nodes); one epoch (the oracle reads each line once),
+// long enough that the test stops the run.
 fs::path write_manifest(const fs::path& d, uint16_t admin_port, bool pass) {
   const fs::path file = d / "scale.yaml";
   std::ofstream m(file);
@@ -46,12 +47,12 @@ fs::path write_manifest(const fs::path& d, uint16_t admin_port, bool pass) {
   m << "table:\n  name: counts\n  optimizer:\n    kind: sgd\n    learning_rate: 1\n"
     << "  initializer:\n    kind: zeros\n"
     << "model:\n  embedding_dim: 1\n  objective: count\n"
-    << "shards:\n  count: 3\n  dram_bytes: 256KiB\n  ssd_path: " << (d / "state").string()
+    << "shards:\n  count: 3\n  dram_bytes: 64KiB\n  ssd_path: " << (d / "state").string()
     << "\n  map_bytes: 256MiB\n  flush_batch_rows: 512\n"
     << "caches:\n  count: 3\n  sets: 16\n"
     << "workers:\n  count: 3\n  batch_size: 64\n  epochs: 1\n"
     << "data:\n  path: " << (d / "data.tsv").string() << "\n  heldout_fraction: 0\n"
-    << "  generate:\n    rows: 300000\n    distinct_keys: 5000\n    seed: 5\n"
+    << "  generate:\n    rows: 300000\n    distinct_keys: 50000\n    seed: 5\n"
     << "checkpoint:\n  dir: " << (d / "ckpt").string() << "\n  keep: 10\n"
     << "transport:\n  heartbeat_interval_ms: 1000\n  heartbeat_timeout_ms: 10000\n"
     << "  join_timeout_seconds: 120\n"
@@ -104,6 +105,11 @@ void scale_across_nodes(bool pass) {
   auto [rc5, out5, err5] =
       cli({"scale", "--manifest", m, "--shards", "5", "--placement", "n0", "n1", "n2", "n1", "n2"});
   ASSERT_EQ(rc5, 0) << out5 << err5 << cluster.err();
+  // Rows below DRAM were streamed from LMDB to the other nodes (the copy),
+  // the ones touched since at the fence.
+  const auto result5 = nlohmann::json::parse(out5);
+  EXPECT_GT(result5["copied_rows"].get<uint64_t>(), 0u) << out5;
+  EXPECT_GT(result5["moved_partitions"].get<uint64_t>(), 0u) << out5;
   auto st5 = status();
   ASSERT_EQ(st5["shards"].size(), 5u) << st5.dump();
   const char* homes[] = {"n0", "n1", "n2", "n1", "n2"};
