@@ -516,7 +516,11 @@ shard_actor::behavior_type shard_behavior(shard_pointer self, shard_config confi
         out.index = st.config.index;
         // Lookups of the chain: served by DRAM, or missed it (served below
         // DRAM or by the initializer).
-        out.hits = cs.hits_per_tier.empty() ? 0 : cs.hits_per_tier[0];
+        // A waiting pull's rows were counted once when its read was
+        // installed (LMDB hits, initializer rows): its own lookup of them in
+        // DRAM is not counted again (shard_read.cpp).
+        const uint64_t again = m.installed_rows_served;
+        out.hits = cs.hits_per_tier.empty() ? 0 : cs.hits_per_tier[0] - again;
         out.misses = cs.initialized;
         for (size_t t = 1; t < cs.hits_per_tier.size(); ++t) out.misses += cs.hits_per_tier[t];
         out.lookups = out.hits + out.misses;
@@ -537,6 +541,7 @@ shard_actor::behavior_type shard_behavior(shard_pointer self, shard_config confi
         out.duplicate_pushes = m.duplicate_pushes;
         out.push_id_evictions = self->state.applied_pushes.evictions();
         out.chain_hits = cs.hits_per_tier;
+        if (!out.chain_hits.empty()) out.chain_hits[0] -= again;
         out.initialized = cs.initialized;
         out.rows = dram.size();
         out.bytes = dram.memory_bytes();

@@ -55,6 +55,9 @@ struct shard_metrics {
   // Pull requests served here, and those whose reply waited on an LMDB read
   // (the chain read LMDB for at least one key: nothing had brought it up).
   uint64_t pulls = 0, lmdb_waits = 0;
+  // DRAM hits of parked pulls on rows their read installed (counted at the
+  // install already; the stats leave them out).
+  uint64_t installed_rows_served = 0;
   uint64_t migrated_in_rows = 0;
   uint64_t flush_batches = 0, flush_bytes = 0;
   std::map<uint64_t, double> flush_started;  // seq -> time sent

@@ -77,10 +77,13 @@ void serve(shard_pointer self, parked_pull& p) {
     p.promise.deliver(st.fatal);
     return;
   }
+  const auto& hits = st.chain->stats().hits_per_tier;
+  const uint64_t dram_hits = hits.empty() ? 0 : hits[0];
   if (auto err = lookup_at(st, p.reply.rows.keys, p.cold, p.reply)) {
     p.promise.deliver(std::move(err));
     return;
   }
+  if (!hits.empty()) st.metrics.installed_rows_served += hits[0] - dram_hits;
   st.metrics.pull.observe(st.config.clock->now_seconds() - p.started);
   p.promise.deliver(std::move(p.reply));
 }

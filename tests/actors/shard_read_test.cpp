@@ -76,6 +76,7 @@ TEST_F(shard_read_fixture, WarmPullIsAnsweredWhileAColdPullWaitsForTheReader) {
   EXPECT_EQ(weight(*cold->value), 3.0f);
   auto after = h.call<tier_stats>(shard, stats_atom::value);
   EXPECT_EQ(after.chain_hits[2], before.chain_hits[2] + 1);  // installed from the read
+  EXPECT_EQ(after.chain_hits[0], before.chain_hits[0]);      // and counted once, there
 }
 
 // The race: the reader reads key 0 (3.0), then a push makes it 8.0 and the
