@@ -210,6 +210,39 @@ int run_transport_bench_peer(const std::string& mode, const std::filesystem::pat
   return 0;
 }
 
+double transport_frame_rows_per_s(const std::string& self_binary,
+                                  const std::filesystem::path& work_dir, size_t record_bytes,
+                                  size_t rows_per_frame, uint32_t iterations) {
+  caf::actor_system_config cfg;
+  add_message_types(cfg);
+  cfg.set("scheduler.max-threads", size_t{2});
+  caf::actor_system system{cfg};
+  child_process peer(self_binary,
+                     {"bench", "transport", "--transport-peer", "tcp", "--dir", work_dir.string()});
+  if (!peer.wait_line("READY", 120s))
+    throw std::runtime_error("transport bench: the peer did not start:\n" + peer.output());
+  uint16_t port = 0;
+  for (const auto& l : peer.lines())
+    if (l.rfind("UCX ", 0) == 0) port = static_cast<uint16_t>(std::stoul(l.substr(4)));
+  if (port == 0) throw std::runtime_error("transport bench: the peer printed no UCX port");
+  set_ucx_env("tcp");
+  transport::bridge_config bc;
+  bc.node_name = "bench-client";
+  bc.exchange_worker_address = false;
+  auto t = transport::node_transport::start(system, bc);
+  if (!t) throw std::runtime_error(t.err().to_string());
+  auto connected = (*t)->bridge().connect("127.0.0.1", port, 30s);
+  if (!connected) throw std::runtime_error(connected.err().to_string());
+  const double gbs = frames_gbs((*t)->bridge(), *connected, record_bytes * rows_per_frame,
+                                iterations);
+  (*t)->stop();
+  peer.close_stdin();
+  peer.wait_exit(60s);
+  ::unsetenv("UCX_TLS");
+  ::unsetenv("UCX_NET_DEVICES");
+  return gbs * 1e9 / static_cast<double>(record_bytes);
+}
+
 void run_transport_bench(const transport_bench_options& options, bench_report& report) {
   const uint32_t iterations = options.small ? 20 : 300;
   const uint32_t caf_iterations = options.small ? 4 : 30;

@@ -26,6 +26,14 @@ struct transport_bench_options {
 // ucx_perftest, the same against caf_io, and rows/s.
 void run_transport_bench(const transport_bench_options& options, bench_report& report);
 
+// The transport alone at a row width: one-way frames of `rows_per_frame`
+// records of `record_bytes` through a bridge to a peer process on
+// loopback TCP (the listener path); rows/s. The ceiling a cross-node
+// migration's migrate_in batches stream against (bench/scale_nodes_bench).
+double transport_frame_rows_per_s(const std::string& self_binary,
+                                  const std::filesystem::path& work_dir, size_t record_bytes,
+                                  size_t rows_per_frame, uint32_t iterations);
+
 // The peer process (`strata bench transport --transport-peer shm|tcp`):
 // serves shards of dim 64 and 128 over UCX and CAF io, prints its ports,
 // runs until stdin closes. Returns the exit code.

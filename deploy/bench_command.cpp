@@ -9,6 +9,7 @@
 #include "bench/e2e_bench.hpp"
 #include "bench/report.hpp"
 #include "bench/scale_bench.hpp"
+#include "bench/scale_nodes_bench.hpp"
 #include "bench/serve_bench.hpp"
 #include "bench/transport_bench.hpp"
 #include "deploy/commands.hpp"
@@ -31,6 +32,8 @@ void add_bench_command(CLI::App& app, int& exit_code) {
     uint64_t rows = 200000;
     uint64_t checkpoint_rows = 10000000;
     std::string torch_script = STRATA_SOURCE_DIR "/bench/torch_baseline.py";
+    uint32_t nodes = 1;                  // scale: node processes (1: in one process)
+    uint64_t migration_rows_per_s = 0;   // scale --nodes 3: the copy rate limit
     std::string transport_peer;  // internal: this process is the transport bench's peer
   };
   auto opts = std::make_shared<options>();
@@ -51,6 +54,12 @@ void add_bench_command(CLI::App& app, int& exit_code) {
                   "e2e: training rows (default 200000; 50000 held out); checkpoint: rows in the "
                   "checkpointed LMDB environment (default 10000000); scale: rows moved (default "
                   "10000000)");
+  cmd->add_option("--nodes", opts->nodes,
+                  "scale: 1 (default: in one process) or 3 (strata node processes over UCX "
+                  "loopback; --rows is then the generated data's distinct keys, default 200000)");
+  cmd->add_option("--migration-rows-per-s", opts->migration_rows_per_s,
+                  "scale --nodes 3: the cluster's shards.migration_rows_per_s (default 0: "
+                  "unlimited)");
   cmd->add_option("--manifest", opts->manifest,
                   "e2e: one configuration's model, tiers and workers (default: the bench's "
                   "fixed demo and wide configurations); checkpoint: the cluster (default "
@@ -103,6 +112,14 @@ void add_bench_command(CLI::App& app, int& exit_code) {
         if (cmd->count("--keys")) o.keys = opts->keys;
         o.work_dir = work_dir;
         bench::run_serve_bench(o, report);
+      } else if (opts->suite == "scale" && opts->nodes != 1) {
+        bench::scale_nodes_bench_options o;
+        o.nodes = opts->nodes;
+        o.keys = cmd->count("--rows") ? opts->rows : (opts->small ? 20000 : 200000);
+        o.migration_rows_per_s = opts->migration_rows_per_s;
+        o.self_binary = std::filesystem::read_symlink("/proc/self/exe").string();
+        o.work_dir = work_dir;
+        bench::run_scale_nodes_bench(o, report);
       } else if (opts->suite == "scale") {
         bench::scale_bench_options o;
         o.rows = cmd->count("--rows") ? opts->rows : (opts->small ? 20000 : 10'000'000);
