@@ -101,6 +101,7 @@ struct parked_pull {
   std::vector<uint64_t> cold_keys;
   uint64_t read = 0;  // the last read it waits for
   double started = 0;
+  caf::strong_actor_ptr client;  // who sent it: its later writes answer it first
   caf::typed_response_promise<pull_reply> promise;
 };
 
@@ -194,10 +195,11 @@ caf::result<pull_reply> pull_async(shard_pointer self, const std::vector<uint64_
 // Prefetch of local keys: reads the cold ones off the thread and installs
 // them (nobody waits).
 void prefetch_async(shard_pointer self, const std::vector<uint64_t>& keys);
-// A push or write-back arrives: the parked pulls are answered first (their
-// cold keys read on the shard's thread), so no pull sees a change made
-// after it arrived and a client gets a pull's reply before the answer to
-// its later write (shard_read.cpp says why every parked pull).
+// A push or write-back arrives: the parked pulls of the same client, and
+// every parked pull if one waits for any of `keys`, are answered first
+// (their cold keys read on the shard's thread): a client gets a pull's
+// reply before the answer to its later write, and no pull sees a change
+// of its cold rows made after it arrived (shard_read.cpp says why).
 void settle_parked(shard_pointer self, std::span<const uint64_t> keys);
 // The same for every parked pull (migration, drain, cut).
 void settle_all_parked(shard_pointer self);

@@ -216,6 +216,7 @@ caf::result<pull_reply> pull_async(shard_pointer self, const std::vector<uint64_
   }
   for (uint64_t k : p.cold_keys) ++*st.parked_cold.try_emplace(k, 0).first;
   p.read = read_cold(self, p.cold_keys);
+  p.client = self->current_sender();
   p.promise = self->make_response_promise<pull_reply>();
   auto promise = p.promise;
   st.parked.push_back(std::move(p));
@@ -233,13 +234,30 @@ void prefetch_async(shard_pointer self, const std::vector<uint64_t>& keys) {
 }
 
 void settle_parked(shard_pointer self, std::span<const uint64_t> keys) {
-  // Every parked pull, not only those waiting for these keys: a client
-  // (a cache) must get the reply of its pull before the acknowledgement
-  // of a later write-back or push, as when every read was on this thread;
-  // a pass-mode cache that evicted and wrote back a row would otherwise
-  // take a pull's older copy of it for current (ExactSumThreaded/Pass).
-  (void)keys;
-  settle_all_parked(self);
+  auto& st = self->state;
+  if (st.parked.empty()) return;
+  for (uint64_t k : keys)
+    if (st.parked_cold.contains(k)) {
+      settle_all_parked(self);
+      return;
+    }
+  // The writer's own pulls: it must get their replies before the answer
+  // to this write, as when every read was on this thread; a pass-mode
+  // cache that evicted and wrote back a row would otherwise take a late
+  // pull's older copy of it for current (ExactSumThreaded/Pass).
+  const caf::strong_actor_ptr& client = self->current_sender();
+  bool served = false;
+  for (auto it = st.parked.begin(); it != st.parked.end();) {
+    if (it->client != client) {
+      ++it;
+      continue;
+    }
+    parked_pull p = std::move(*it);
+    it = st.parked.erase(it);
+    serve(self, p);
+    served = true;
+  }
+  if (served) maybe_flush(self);
 }
 
 void settle_all_parked(shard_pointer self) {
