@@ -4,10 +4,12 @@
 // on the two nodes other than the coordinator's (each in that node's own
 // ssd_path) while training goes on, `strata status` shows them there, a
 // scale back to 3 retires them and removes their files on their nodes, a
-// scale to 4 puts a fresh shard 3 on n1 again, and after a graceful stop
-// the final checkpoint holds the exact sums of every batch trained (the
-// independent oracle, tests/deploy/exact_sums.hpp): no update was lost or
-// applied twice across the three migrations. Async and pass mode. Refusals: more shards than partitions, an unknown node.
+// scale to 4 puts a fresh shard 3 on n1 again, one to 5 without a placement
+// spreads shard 4 to the coordinator's node (the fewest shards), and after a
+// graceful stop the final checkpoint holds the exact sums of every batch
+// trained (the independent oracle, tests/deploy/exact_sums.hpp): no update
+// was lost or applied twice across the four migrations. Async and pass
+// mode. Refusals: more shards than partitions, an unknown node.
 // Polls with deadlines; no fixed sleeps.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -155,6 +157,16 @@ void scale_across_nodes(bool pass) {
   EXPECT_EQ(st4["shards"][3]["node"], "n1") << st4.dump();
   EXPECT_EQ(st4["shards"][3]["health"], "ok") << st4.dump();
   EXPECT_TRUE(fs::exists(d / "ssd-n1" / "shard-3" / "data.mdb"));
+
+  // 4 -> 5 without a placement ("spread"): n1 hosts two shards, n0 and n2
+  // one each; the manifest's order picks n0, the coordinator's own node.
+  auto [rcs, outs, errs] = cli({"scale", "--manifest", m, "--shards", "5"});
+  ASSERT_EQ(rcs, 0) << outs << errs << cluster.err();
+  auto st6 = status();
+  ASSERT_EQ(st6["shards"].size(), 5u) << st6.dump();
+  EXPECT_EQ(st6["shards"][4]["node"], "n0") << st6.dump();
+  EXPECT_EQ(st6["shards"][4]["health"], "ok") << st6.dump();
+  EXPECT_TRUE(fs::exists(d / "ssd-n0" / "shard-4" / "data.mdb"));
 
   auto [rcx, outx, errx] = cli({"stop", "--manifest", m});
   EXPECT_EQ(rcx, 0) << errx;
