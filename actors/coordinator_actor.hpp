@@ -125,6 +125,11 @@ struct training_cluster {
   // (deploy/node_spawner.hpp) uses it for shards a scale places there.
   std::function<expected<shard_actor>(uint32_t index, const std::filesystem::path& dir)>
       spawn_shard_at;
+  // Told of every shard spawn_shard_at spawns, once set (the metrics
+  // exporter sets it in cluster_hooks::started: a node exports the shards a
+  // scale spawns on it). Shared by the copies of this struct.
+  std::shared_ptr<std::function<void(const shard_actor&)>> spawned =
+      std::make_shared<std::function<void(const shard_actor&)>>();
 
   void stop();
 };

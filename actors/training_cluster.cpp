@@ -143,7 +143,7 @@ expected<training_cluster> spawn_training_cluster(caf::actor_system& system,
   }
   // New shards (scale up) take shard 0's settings, their own index and a
   // fresh directory named like shard 0's with the index at its end.
-  cluster.spawn_shard_at = [&system, config](uint32_t index,
+  cluster.spawn_shard_at = [&system, config, spawned = cluster.spawned](uint32_t index,
                                              const std::filesystem::path& dir) -> expected<shard_actor> {
     shard_config sc = config.shards.front();
     sc.index = index;
@@ -157,7 +157,9 @@ expected<training_cluster> spawn_training_cluster(caf::actor_system& system,
     if (ec)
       return error(errc::io_error,
                    "cannot clear " + sc.lmdb.directory.string() + ": " + ec.message());
-    return spawn_shard(system, sc);
+    auto shard = spawn_shard(system, sc);
+    if (shard && *spawned) (*spawned)(*shard);
+    return shard;
   };
   if (!placement.coordinator) return cluster;
   checkpoint_plan plan;

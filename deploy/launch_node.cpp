@@ -407,6 +407,11 @@ int run_node(const std::string& path, const std::string& node, const std::string
     if (cluster.dense_here) others.push_back(caf::actor_cast<caf::actor>(cluster.dense));
     if (cluster.coordinator) others.push_back(caf::actor_cast<caf::actor>(cluster.coordinator));
     metrics->watch(system, shards, caches, others);
+    // And the shards a scale spawns here from now on (a retired one leaves
+    // by itself when it exits).
+    *cluster.spawned = [exporter = metrics.get()](const actors::shard_actor& s) {
+      exporter->watch_shard(s);
+    };
     if (member && member->bridge()) {
       auto* bridge = member->bridge();
       metrics->watch_transport([bridge] { return bridge->stats(); });
@@ -422,8 +427,11 @@ int run_node(const std::string& path, const std::string& node, const std::string
       // coordinator's report lists every node's).
       actors::training_report own = r;
       if (member) {
+        // Shards where they are now (a scale or drain moves them).
+        const auto shard_homes =
+            member->spawner() ? member->spawner()->homes() : m.shard_nodes;
         std::erase_if(own.tiers, [&](const actors::tier_stats& t) {
-          const auto& nodes = t.kind == "shard" ? m.shard_nodes : m.cache_nodes;
+          const auto& nodes = t.kind == "shard" ? shard_homes : m.cache_nodes;
           return t.index >= nodes.size() || nodes[t.index] != member->name();
         });
       }

@@ -45,13 +45,42 @@ class exporter::collector : public prometheus::Collectable {
     std::lock_guard<std::mutex> lock(mutex_);
     if (frozen_) return;
     system_ = &system;
-    shards_ = std::move(shards);
+    shards_.clear();
+    for (auto& s : shards) shards_.push_back({std::move(s), std::nullopt});
     caches_ = std::move(caches);
     others_ = std::move(others);
     snapshot_.training.active = true;
   }
 
-  // Called when a watched actor exits (on its thread): stop asking.
+  // A shard spawned here at run time (a scale's): asked from now on.
+  void watch_shard(actors::shard_actor shard) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (frozen_ || system_ == nullptr) return;
+    shards_.push_back({std::move(shard), std::nullopt});
+  }
+
+  // Called when a watched shard exits (on its thread): stop asking it. One
+  // that was told to (user_shutdown: a scale or drain retired it here; a
+  // run that ends freezes or detaches first) leaves /metrics with its
+  // series; one that failed keeps its last values.
+  void shard_exited(const caf::actor_addr& who, const caf::error& reason) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (frozen_ || system_ == nullptr) return;
+    auto it = std::find_if(shards_.begin(), shards_.end(),
+                           [&](const auto& w) { return w.handle.address() == who; });
+    if (it == shards_.end()) return;
+    const auto index = it->index;
+    shards_.erase(it);
+    if (reason != caf::exit_reason::user_shutdown || !index) return;
+    // Another shard of this index may live here now (retired, then spawned
+    // again): its series stays.
+    for (const auto& w : shards_)
+      if (w.index == index) return;
+    std::erase_if(snapshot_.tiers,
+                  [&](const auto& t) { return t.kind == "shard" && t.index == *index; });
+  }
+
+  // Called when a watched cache exits (on its thread): stop asking.
   void detach() {
     std::lock_guard<std::mutex> lock(mutex_);
     system_ = nullptr;
@@ -115,7 +144,11 @@ class exporter::collector : public prometheus::Collectable {
     // server thread, which outlives the actor system.
     actors::foreign_thread_scope foreign;
     caf::scoped_actor self{*system_};
+    caf::actor_addr asked;  // the actor whose answer store() handles
     auto store = [&](actors::tier_stats& stats) {
+      if (stats.kind == "shard")
+        for (auto& w : shards_)
+          if (w.handle.address() == asked) w.index = stats.index;
       auto it = find(stats.kind, stats.index);
       if (it == snapshot_.tiers.end())
         snapshot_.tiers.push_back(std::move(stats));
@@ -123,11 +156,13 @@ class exporter::collector : public prometheus::Collectable {
         *it = monotonic_merge(*it, stats);
     };
     auto ask = [&](const auto& handle) {
+      asked = handle.address();
       self->request(handle, timeout_, actors::stats_atom::value)
           .receive([&](actors::tier_stats& stats) { store(stats); },
                    [&](caf::error&) { ++snapshot_.stats_failures; });
     };
-    for (const auto& s : shards_) ask(s);
+    const auto shards = shards_;  // store() writes the indices
+    for (const auto& s : shards) ask(s.handle);
     for (const auto& c : caches_) ask(c);
     // Workers, the dense actor, the coordinator: mailbox depths only.
     snapshot_.actors.clear();
@@ -147,7 +182,11 @@ class exporter::collector : public prometheus::Collectable {
   mutable std::mutex mutex_;
   mutable node_snapshot snapshot_;
   caf::actor_system* system_ = nullptr;
-  std::vector<actors::shard_actor> shards_;
+  struct watched_shard {
+    actors::shard_actor handle;
+    std::optional<uint32_t> index;  // from its first answer
+  };
+  mutable std::vector<watched_shard> shards_;
   std::vector<actors::cache_tier_actor> caches_;
   std::vector<caf::actor> others_;
   bool frozen_ = false;
@@ -206,8 +245,21 @@ void exporter::watch(caf::actor_system& system, const std::vector<actors::shard_
   };
   impl_->metrics->watch(system, shards, caches, others);
   // An actor that has already exited runs the functor at once.
-  for (const auto& s : shards) caf::actor_cast<caf::actor>(s)->attach_functor(on_exit);
+  for (const auto& s : shards) attach_shard(s);
   for (const auto& c : caches) caf::actor_cast<caf::actor>(c)->attach_functor(on_exit);
+}
+
+void exporter::watch_shard(const actors::shard_actor& shard) {
+  impl_->metrics->watch_shard(shard);
+  attach_shard(shard);
+}
+
+void exporter::attach_shard(const actors::shard_actor& shard) {
+  std::weak_ptr<collector> weak = impl_->metrics;
+  auto handle = caf::actor_cast<caf::actor>(shard);
+  handle->attach_functor([weak, who = handle.address()](const caf::error& reason) {
+    if (auto c = weak.lock()) c->shard_exited(who, reason);
+  });
 }
 
 void exporter::watch_transport(std::function<transport::transport_stats()> source) {

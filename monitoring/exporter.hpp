@@ -13,8 +13,10 @@
 // Lifecycle: start() binds the port (an error names it); watch() once the
 // cluster is spawned; update_training() from the progress callback;
 // freeze() with the final report; destroying the exporter stops the HTTP
-// server. If the watched actors exit before freeze() (a failed run), the
+// server. If the watched caches exit before freeze() (a failed run), the
 // exporter detaches from them by itself and serves the last snapshot.
+// Shards follow the node's hosting: watch_shard() adds one a scale spawned
+// here, and a shard retired here (told to exit) leaves /metrics.
 //
 // Thread-safety: every member function may be called from any thread;
 // scrapes run on the exposer's threads. One lock guards the snapshot; it is
@@ -68,6 +70,13 @@ class exporter {
   void watch(caf::actor_system& system, const std::vector<actors::shard_actor>& shards,
              const std::vector<actors::cache_tier_actor>& caches,
              const std::vector<caf::actor>& others = {});
+  // A shard spawned on this node at run time (a scale placed it here):
+  // scraped from now on, with its `shard` label. A shard told to exit (a
+  // scale or drain retired it) is no longer asked and its series leave
+  // /metrics at once (Prometheus marks them stale at its next scrape); one
+  // that fails keeps its last values. No-op before watch() or after
+  // freeze()/detach().
+  void watch_shard(const actors::shard_actor& shard);
   // Scrapes from now on also export this node's transport counters
   // (strata_transport_*); `source` is called at scrape time from the
   // exporter's threads (node_bridge::stats() is thread-safe) until
@@ -87,6 +96,7 @@ class exporter {
 
  private:
   exporter() = default;
+  void attach_shard(const actors::shard_actor& shard);
   struct impl;
   std::unique_ptr<impl> impl_;
 };
