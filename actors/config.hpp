@@ -52,6 +52,10 @@ struct shard_config {
   // Run ssd_flush on a thread of its own (LMDB commits block); off in
   // deterministic tests, where every actor runs on the test scheduler.
   bool flush_on_own_thread = true;
+  // Copy rate limit of a migration this shard is the source of (manifest
+  // shards.migration_rows_per_s; 0: unlimited): its migrate_in batches are
+  // paced on the actor clock so a scale leaves transport and disk to training.
+  uint64_t migration_rows_per_s = 0;
   // Latency metrics only; nothing in the shard's behaviour reads it.
   const clock_source* clock = &steady_clock_source::instance();
   // Restored from a checkpoint (empty / 0 on a fresh start): the admission

@@ -90,6 +90,10 @@ struct outgoing_migration {
   migration_stats copied;
   std::optional<caf::typed_response_promise<migration_stats>> copy_promise;
   bool fenced = false;  // from the fence on, requests for them are forwarded
+  // Copy rate limit (shard_config::migration_rows_per_s): a scanned batch
+  // waits here, on a timer, until the copy's start + its rows / limit.
+  std::optional<caf::actor_clock::time_point> copy_start;
+  std::optional<std::pair<caf::actor, row_batch>> paced;
 };
 
 // A pull whose keys were not all above LMDB: the rows that were are copied

@@ -52,11 +52,84 @@ void touch(shard_state& st, const std::vector<uint64_t>& keys) {
       st.out->touched.insert(k);
 }
 
+namespace {
+
+// Sends one copied batch as migrate_in; its acknowledgement frees a window slot.
+void send_batch(shard_pointer self, const caf::actor& destination, row_batch batch) {
+  auto& m = *self->state.out;
+  m.copied.rows += batch.keys.size();
+  m.copied.bytes += batch.records.size();
+  ++m.in_flight;
+  self->request(caf::actor_cast<shard_actor>(destination), caf::infinite, migrate_in_atom::value,
+                std::move(batch))
+      .then(
+          [self](ok_atom) {
+            if (!self->state.out) return;
+            --self->state.out->in_flight;
+            copy_next(self);
+          },
+          [self](caf::error& err) {
+            auto& o = self->state.out;
+            if (o && o->copy_promise) {
+              o->copy_promise->deliver(err);
+              o->copy_promise.reset();
+            }
+          });
+}
+
+// A one-shot timer: answers after `nanoseconds` on the actor clock (the
+// test scheduler's simulated one in deterministic tests), so a paced copy
+// waits without blocking the shard's thread: pulls and pushes go on.
+caf::behavior copy_timer(caf::event_based_actor* self) {
+  return {[self](uint64_t nanoseconds) -> caf::result<ok_atom> {
+    auto promise = self->make_response_promise<ok_atom>();
+    self->delayed_send(self, std::chrono::nanoseconds(nanoseconds), ok_atom::value);
+    self->become([self, promise](ok_atom) mutable {
+      promise.deliver(ok_atom::value);
+      self->quit();
+    });
+    return promise;
+  }};
+}
+
+// The copy rate limit: a batch of `rows` goes once the copy's start plus
+// (rows copied so far + rows) / limit has passed on the actor clock;
+// otherwise it waits in m.paced for a timer. True if it was held back.
+bool pace(shard_pointer self, const caf::actor& destination, row_batch& batch) {
+  auto& st = self->state;
+  auto& m = *st.out;
+  const uint64_t limit = st.config.migration_rows_per_s;
+  if (limit == 0) return false;
+  const auto now = self->clock().now();
+  if (!m.copy_start) m.copy_start = now;
+  const auto due = *m.copy_start + std::chrono::nanoseconds(static_cast<int64_t>(
+                                       static_cast<double>(m.copied.rows + batch.keys.size()) *
+                                       1e9 / static_cast<double>(limit)));
+  if (due <= now) return false;
+  m.paced.emplace(destination, std::move(batch));
+  const uint64_t epoch = m.order.epoch;
+  auto timer = self->spawn(copy_timer);
+  self->request(timer, caf::infinite,
+                static_cast<uint64_t>(std::chrono::nanoseconds(due - now).count()))
+      .then([self, epoch](ok_atom) {
+        auto& o = self->state.out;
+        if (!o || o->order.epoch != epoch || !o->paced || !o->copy_promise) return;
+        auto [to, held] = std::move(*o->paced);
+        o->paced.reset();
+        send_batch(self, to, std::move(held));
+        copy_next(self);
+      });
+  return true;
+}
+
+}  // namespace
+
 // Streams the next partitions of the copy phase (a window of batches in
-// flight; one LMDB range scan per partition, so other messages interleave).
+// flight; one LMDB range scan per partition, so other messages interleave),
+// paced by shard_config::migration_rows_per_s.
 void copy_next(shard_pointer self) {
   auto& st = self->state;
-  if (!st.out || !st.out->copy_promise) return;
+  if (!st.out || !st.out->copy_promise || st.out->paced) return;
   auto& m = *st.out;
   const size_t record_bytes = st.config.table.layout.record_bytes();
   while (m.in_flight < migration_window && m.next < m.order.partitions.size()) {
@@ -75,24 +148,8 @@ void copy_next(shard_pointer self) {
       return;
     }
     if (batch.keys.empty()) continue;
-    m.copied.rows += batch.keys.size();
-    m.copied.bytes += batch.records.size();
-    ++m.in_flight;
-    self->request(caf::actor_cast<shard_actor>(destination), caf::infinite, migrate_in_atom::value,
-                  std::move(batch))
-        .then(
-            [self](ok_atom) {
-              if (!self->state.out) return;
-              --self->state.out->in_flight;
-              copy_next(self);
-            },
-            [self](caf::error& err) {
-              auto& o = self->state.out;
-              if (o && o->copy_promise) {
-                o->copy_promise->deliver(err);
-                o->copy_promise.reset();
-              }
-            });
+    if (pace(self, destination, batch)) return;
+    send_batch(self, destination, std::move(batch));
   }
   if (m.next == m.order.partitions.size() && m.in_flight == 0) {
     m.copy_promise->deliver(m.copied);

@@ -485,5 +485,62 @@ TEST(Scale, AScaleWhoseCopyFailsIsAbandonedAndTrainingGoesOn) {
   ds.drain_jobs();
 }
 
+// Issue 19: the copy rate limit (shards.migration_rows_per_s). A scale
+// whose two sources may each copy 200 rows/s takes at least
+// copied_rows / 400 seconds of the actor clock (simulated: the test scheduler's clock only
+// moves when a timer is triggered, so this counts the pacing's waits, not
+// wall time), training goes on meanwhile, and every key still holds its
+// exact sum.
+TEST(Scale, ACopyRateLimitPacesTheCopyAndLosesNothing) {
+  constexpr uint32_t workers = 2;
+  constexpr uint64_t batches = 60;
+  constexpr uint64_t limit = 200;
+  temp_dir dir;
+  auto config = scaling_cluster(training_mode::async, dir.path(), workers, 2, optimizer_kind::sgd);
+  for (auto& s : config.shards) {
+    s.migration_rows_per_s = limit;
+    s.dram.capacity_bytes = 4 << 10;  // most rows in LMDB: the copy phase moves them
+  }
+  deterministic_system ds;
+  auto bad_rows = std::make_shared<uint64_t>(0);
+  uint64_t reported = 0;
+  auto cluster =
+      spawn_training_cluster(ds.system(), config, seams_for(batches, bad_rows),
+                             [&reported](const training_progress& p) { reported = p.batches; });
+  ASSERT_TRUE(cluster) << cluster.err().to_string();
+  auto run = ds.ask<training_summary>(cluster->coordinator, run_atom::value);
+  ds.run_until([&] { return run->done() || reported >= 40; });
+  ASSERT_FALSE(run->done());
+  const auto start = ds.system().clock().now();
+  const uint64_t batches_before = reported;
+  auto scaled = ds.ask<scale_result>(cluster->coordinator, scale_atom::value, 3u);
+  ds.run_until([&] { return scaled->done(); });
+  ASSERT_TRUE(scaled->value) << (scaled->error ? ds.system().render(*scaled->error) : "");
+  const double simulated =
+      std::chrono::duration<double>(ds.system().clock().now() - start).count();
+  const uint64_t copied = scaled->value->copied_rows;
+  ASSERT_GT(copied, 20u) << "too few rows moved to see the pacing";
+  // The limit is per source shard; 2 -> 3 takes partitions from both, so
+  // the larger share (at least half the rows) sets the floor.
+  EXPECT_GE(simulated, static_cast<double>(copied) / (2 * limit))
+      << copied << " rows copied by 2 sources at a limit of " << limit << " rows/s each";
+  EXPECT_GT(reported, batches_before) << "training stood still during the paced copy";
+  ds.run_until([&] { return run->done(); });
+  ASSERT_FALSE(run->error) << ds.system().render(*run->error);
+  const auto want = exact_sums(workers, batches);
+  std::vector<uint64_t> keys;
+  for (const auto& [k, v] : want) keys.push_back(k);
+  const auto rows = read_rows(ds, *cluster, keys, config.table.layout);
+  for (const auto& [k, v] : want) {
+    auto it = rows.find(k);
+    ASSERT_NE(it, rows.end()) << "key " << k;
+    const float* w = weights_of(it->second.data());
+    for (uint32_t e = 0; e < dim; ++e) ASSERT_EQ(w[e], v[e]) << "key " << k << " element " << e;
+  }
+  EXPECT_EQ(*bad_rows, 0u);
+  cluster->stop();
+  ds.drain_jobs();
+}
+
 }  // namespace
 }  // namespace strata::actors
