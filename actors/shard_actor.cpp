@@ -266,9 +266,16 @@ shard_actor::behavior_type shard_behavior(shard_pointer self, shard_config confi
       },
       [self](tick_atom, uint32_t tick) {
         if (self->state.fatal) return;
-        self->state.chain->set_tick(tick);
-        auto s = self->state.chain->expire();
+        auto& st = self->state;
+        st.chain->set_tick(tick);
+        const uint64_t expired = st.chain->dram().stats().expired;
+        auto s = st.chain->expire();
         if (!s) caf::aout(self) << "strata: TTL expiry failed: " << s.err().to_string() << "\n";
+        // Expired rows get tombstones, written by the chain (now, or after
+        // the flushes in flight), not by a flush batch: a read sent before
+        // may hold an older copy of any of them (shard_read.cpp).
+        if (st.chain->dram().stats().expired != expired && !st.reads.empty())
+          st.erased_at = ++st.flush_gen;
       },
       [self, layout](drain_atom) -> caf::result<ok_atom> {
         if (self->state.fatal) return self->state.fatal;
@@ -483,21 +490,31 @@ shard_actor::behavior_type shard_behavior(shard_pointer self, shard_config confi
                                      " does not cover its " +
                                      std::to_string(st.config.lmdb.partitions) + " partitions");
         if (st.routing && st.routing->epoch >= table.epoch) return ok_atom::value;
-        st.routing = table;
+        const uint32_t me = st.config.index;
+        // A drain gave this index a successor on another node (shards[me]
+        // is not this actor): this one owns nothing and forwards all. The
+        // successor is appended so no owner names this shard's index.
+        routing_table routing = table;
+        if (me < routing.shards.size() && routing.shards[me].address() != self->address()) {
+          const auto successor = static_cast<uint32_t>(routing.shards.size());
+          routing.shards.push_back(routing.shards[me]);
+          for (auto& o : routing.owners)
+            if (o == me) o = successor;
+        }
+        st.routing = routing;
         st.out.reset();
         // Rows of partitions owned elsewhere: out of DRAM now (their owner
         // holds them); out of LMDB once the write-behind is flushed.
-        const uint32_t me = st.config.index;
         std::vector<uint64_t> foreign;
         auto s = st.chain->dram().dump([&](uint64_t key, const std::byte*) {
-          if (table.owners[partition_of(key, st.config.lmdb.partitions)] != me)
+          if (routing.owners[partition_of(key, st.config.lmdb.partitions)] != me)
             foreign.push_back(key);
         });
         if (s) s = st.chain->dram().erase(foreign);
         if (!s) return to_caf(s.err());
         st.erase_partitions.clear();
-        for (uint32_t p = 0; p < table.owners.size(); ++p)
-          if (table.owners[p] != me) st.erase_partitions.push_back(p);
+        for (uint32_t p = 0; p < routing.owners.size(); ++p)
+          if (routing.owners[p] != me) st.erase_partitions.push_back(p);
         st.erase_pending = true;
         auto promise = self->make_response_promise<ok_atom>();
         st.commit_waiters.push_back(promise);

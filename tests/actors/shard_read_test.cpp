@@ -136,6 +136,45 @@ TEST_F(shard_read_fixture, WaitingPullIsAnsweredBeforeItsClientsLaterWriteBack) 
   EXPECT_EQ(*replies, (std::vector<std::string>{"pull", "write_back"}));
 }
 
+// TTL: a row that expires (tombstone written to LMDB by the shard itself,
+// not by a flush) while a read of it is out must not come back from the
+// read's older copy.
+TEST(ShardRead, ReadThatRacedAnExpiryIsNotInstalled) {
+  temp_dir dir;
+  actor_harness h;
+  auto table = exact_sum_table(2);
+  auto cfg = strata::testing::test_shard_config(dir.path(), 0, table, 16);
+  cfg.dram.ttl_ticks = 2;
+  auto gate = std::make_shared<shard_read_gate>();
+  auto s = spawn_shard(h.system(), cfg, gate);
+  ASSERT_TRUE(s) << s.err().to_string();
+  auto push = [&](std::vector<uint64_t> keys, float inc) {
+    push_request req;
+    req.keys = std::move(keys);
+    req.grads.assign(req.keys.size() * table.layout.dim, -inc);
+    h.call<push_reply>(*s, push_atom::value, req);
+  };
+  auto first = [&](const pull_reply& r) { return weights_of(rows_of(r.rows, table.layout)[0])[0]; };
+  std::vector<uint64_t> keys;
+  for (uint64_t k = 0; k < 64; ++k) keys.push_back(k);
+  push(keys, 3.0f);
+  h.call<ok_atom>(*s, drain_atom::value);
+  gate->hold = true;
+  auto early = h.ask<pull_reply>(*s, pull_atom::value, std::vector<uint64_t>{0});
+  h.sched().run();  // the reader has read 3.0 and holds its reply
+  push({0}, 5.0f);  // answers the waiting pull; 0 -> 8.0 in DRAM
+  ASSERT_TRUE(early->value);
+  EXPECT_EQ(first(*early->value), 3.0f);
+  h.system().spawn([s = *s](caf::event_based_actor* self) {
+    self->send(s, tick_atom::value, uint32_t{10});  // every row idle for 10 ticks: expired
+  });
+  h.sched().run();
+  gate->release();  // the read of 3.0 arrives now
+  h.sched().run();
+  auto r = h.call<pull_reply>(*s, pull_atom::value, std::vector<uint64_t>{0});
+  EXPECT_EQ(first(r), 0.0f) << "the expired row came back from the read's older copy";
+}
+
 // A prefetch reads off the thread too; the pull after it finds DRAM.
 TEST_F(shard_read_fixture, PrefetchedRowsAreInstalledWhenTheReadReturns) {
   cold_rows();
