@@ -106,6 +106,20 @@ TEST(Manifest, UnknownKeysAreErrors) {
                "m.yaml:18: data.generate.colour: unknown key");
 }
 
+// Issue 19: shards.migration_rows_per_s reaches every shard's config
+// (unset: 0, unlimited); a value that is not a whole number is named.
+TEST(Manifest, MigrationRateLimitReachesEveryShard) {
+  auto unset = parse_manifest(text_of(base_lines), "m.yaml");
+  ASSERT_TRUE(unset) << unset.err().message();
+  EXPECT_EQ(unset->cluster.shards[0].migration_rows_per_s, 0u);
+  auto m = parse_manifest(with_line(6, "  ssd_path: /tmp/state\n  migration_rows_per_s: 50000"),
+                          "m.yaml");
+  ASSERT_TRUE(m) << m.err().message();
+  for (const auto& s : m->cluster.shards) EXPECT_EQ(s.migration_rows_per_s, 50000u);
+  EXPECT_ERROR(with_line(6, "  ssd_path: /tmp/state\n  migration_rows_per_s: fast"),
+               "m.yaml:7: shards.migration_rows_per_s: expected a whole number, got \"fast\"");
+}
+
 TEST(Manifest, WrongTypesAreErrors) {
   EXPECT_ERROR(with_line(11, "  count: two"),
                "m.yaml:11: workers.count: expected a whole number, got \"two\"");
