@@ -110,6 +110,11 @@ coordinator_actor::behavior_type coordinator_behavior(coordinator_pointer self, 
              const std::vector<std::string>& placement) -> caf::typed_response_promise<scale_result> {
         return start_scale(self, target, placement);
       },
+      [self](drain_atom, const std::vector<uint32_t>& indices,
+             const std::vector<std::string>& destinations)
+          -> caf::typed_response_promise<scale_result> {
+        return start_drain(self, indices, destinations);
+      },
       [self](map_atom) -> cluster_status {
         auto& s = self->state;
         cluster_status out;

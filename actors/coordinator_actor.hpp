@@ -60,6 +60,11 @@ using progress_sink = std::function<void(const training_progress&)>;
 struct shard_factory {
   std::function<expected<shard_actor>(uint32_t index, const std::string& node)> spawn;
   std::function<void(uint32_t index)> remove_files;
+  // Draining a node (multi-node only; unset: drains are refused): a
+  // successor of shard `index` on `node`; end_rehome retires the old shard
+  // (keep) or the successor (the drain is abandoned) on its node.
+  std::function<expected<shard_actor>(uint32_t index, const std::string& node)> spawn_successor;
+  std::function<void(uint32_t index, bool keep)> end_rehome;
   // Non-empty: every scale is refused with this reason (e.g. a multi-node
   // cluster, whose shards live in other processes).
   std::string refuse_scaling;

@@ -72,6 +72,11 @@ struct coordinator_state {
     scale_result result;
     caf::typed_response_promise<scale_result> promise;
     std::string copy_failure;  // a source's copy failed: abandoned once all answered
+    // A drain: the shards it replaces (old[i] set for each rehomed index i;
+    // they fence and get the commit, then are retired), and what to say.
+    std::vector<uint32_t> rehomed;
+    std::vector<shard_actor> old;
+    std::string what;  // "drain node n2 (shards 1)"
   };
   std::optional<scaling_job> scaling;
   // Abandoned scales whose new shards' files are not removed yet (counted
@@ -117,6 +122,18 @@ void on_progress(coordinator_pointer self, const progress_report& report);
 // ends) waits for a copy still running.
 void at_cut(coordinator_pointer self, std::function<void()> next, bool final);
 routing_table routing_of(const partition_map& map, const std::vector<shard_actor>& shards);
+void fence_and_commit(coordinator_pointer self, std::function<void()> next);
+void copies_done(coordinator_pointer self);
+void retire_new_shards(coordinator_pointer self, const std::vector<shard_actor>& shards,
+                       uint32_t first, uint32_t end);
+bool training_running(const coordinator_state& s);
+
+// coordinator_drain.cpp
+caf::typed_response_promise<scale_result> start_drain(
+    coordinator_pointer self, const std::vector<uint32_t>& indices,
+    const std::vector<std::string>& destinations);
+void abandon_drain(coordinator_pointer self);
+
 caf::typed_response_promise<scale_result> start_scale(coordinator_pointer self, uint32_t target,
                                                       const std::vector<std::string>& placement = {});
 

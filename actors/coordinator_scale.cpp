@@ -40,6 +40,11 @@ void fence_and_commit(coordinator_pointer self, std::function<void()> next) {
       auto& s = self->state;
       auto& job = *s.scaling;
       const uint32_t target = job.next.shards();
+      // A drain: the old shards own nothing now; they go on their node.
+      for (uint32_t i : job.rehomed) {
+        self->unlink_from(job.old[i]);
+        if (s.peers.factory.end_rehome) s.peers.factory.end_rehome(i, true);
+      }
       for (size_t i = target; i < job.shards.size(); ++i) {
         self->unlink_from(job.shards[i]);
         caf::anon_send_exit(job.shards[i], caf::exit_reason::user_shutdown);
@@ -63,12 +68,15 @@ void fence_and_commit(coordinator_pointer self, std::function<void()> next) {
       else
         answer();
     };
-    auto acks = std::make_shared<size_t>(job.shards.size() + self->state.peers.caches.size());
+    // A drain's old shards get the commit too: they forward from then on.
+    std::vector<shard_actor> routers = job.shards;
+    for (uint32_t i : job.rehomed) routers.push_back(job.old[i]);
+    auto acks = std::make_shared<size_t>(routers.size() + self->state.peers.caches.size());
     auto ack = [self, acks, done]() {
       if (self->state.failed) return;
       if (--*acks == 0) done();
     };
-    for (const auto& shard : job.shards)
+    for (const auto& shard : routers)
       self->request(shard, caf::infinite, commit_atom::value, table)
           .then([ack](ok_atom) { ack(); }, [self](caf::error& err) { fail(self, std::move(err)); });
     for (const auto& cache : self->state.peers.caches)
@@ -80,7 +88,8 @@ void fence_and_commit(coordinator_pointer self, std::function<void()> next) {
     return;
   }
   for (uint32_t src : job.sources)
-    self->request(job.shards[src], caf::infinite, fence_atom::value, epoch)
+    self->request(job.rehomed.empty() ? job.shards[src] : job.old[src], caf::infinite,
+                  fence_atom::value, epoch)
         .then(
             [self, missing, commit](const migration_stats& delta) {
               auto& s = self->state;
@@ -191,7 +200,10 @@ void copies_done(coordinator_pointer self) {
   auto& s = self->state;
   auto& job = *s.scaling;
   if (!job.copy_failure.empty()) {
-    abandon_scale(self);
+    if (!job.rehomed.empty())
+      abandon_drain(self);
+    else
+      abandon_scale(self);
     return;
   }
   job.copied = true;

@@ -66,6 +66,10 @@ struct cluster_placement {
   // here. Unset: in this process.
   std::function<expected<shard_actor>(uint32_t index, const std::string& node)> spawn_shard;
   std::function<void(uint32_t index)> retire_shard;
+  // Draining a node (multi-node): a successor of shard `index` on `node`,
+  // then the old one (keep) or the successor retired on its node.
+  std::function<expected<shard_actor>(uint32_t index, const std::string& node)> spawn_successor;
+  std::function<void(uint32_t index, bool keep)> end_rehome;
 };
 
 // Seams for the composition root (e.g. the metrics exporter): `started`

@@ -193,6 +193,8 @@ expected<training_cluster> spawn_training_cluster(caf::actor_system& system,
   // Multi-node: the node the placement picks spawns it (and retires it).
   if (placement.spawn_shard) factory.spawn = placement.spawn_shard;
   if (placement.retire_shard) factory.remove_files = placement.retire_shard;
+  factory.spawn_successor = placement.spawn_successor;
+  factory.end_rehome = placement.end_rehome;
   cluster.coordinator = spawn_coordinator(
       system, config.mode, config.pass_batches,
       coordinator_peers{cluster.workers, cluster.caches, cluster.shards, cluster.dense, factory,

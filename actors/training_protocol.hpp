@@ -126,6 +126,12 @@ using coordinator_actor = caf::typed_actor<
     // names as shards; the names of new indices are used: shards that exist
     // do not move). Empty: "spread". Multi-node clusters only pass it on.
     caf::replies_to<scale_atom, uint32_t, std::vector<std::string>>::with<scale_result>,
+    // Drain (docs/multi-node.md "Draining a node"): shard indices[k] gets a
+    // successor on node destinations[k]; every partition it owns moves
+    // there with the same copy, fence and commit; the committed map keeps
+    // its owners, its shards[index] is the successor; the old shards are
+    // retired on their node. Refused while a scale or drain runs.
+    caf::replies_to<drain_atom, std::vector<uint32_t>, std::vector<std::string>>::with<scale_result>,
     // The cluster's state for the admin API.
     caf::replies_to<map_atom>::with<cluster_status>,
     // Mailbox depth, for metrics.

@@ -239,6 +239,10 @@ expected<actors::cluster_placement> node_membership::place(caf::actor_system& sy
   auto* spawner = spawner_.get();
   p.spawn_shard = [spawner](uint32_t i, const std::string& node) { return spawner->spawn(i, node); };
   p.retire_shard = [spawner](uint32_t i) { spawner->retire(i); };
+  p.spawn_successor = [spawner](uint32_t i, const std::string& node) {
+    return spawner->spawn_successor(i, node);
+  };
+  p.end_rehome = [spawner](uint32_t i, bool keep) { spawner->end_rehome(i, keep); };
   return p;
 }
 

@@ -73,7 +73,13 @@ expected<actors::shard_actor> node_spawner::spawn_here(uint32_t index) {
   }
   if (!spawn_at)
     return error(errc::unavailable, "node '" + me_ + "' has not joined its cluster yet");
-  auto shard = spawn_at(index, directory_of(me_, index));
+  // A successor on a node that shares its ssd_path with the old shard's
+  // node: the old environment is still open there, so another directory.
+  auto dir = directory_of(me_, index);
+  std::error_code ec;
+  for (uint32_t generation = 2; std::filesystem::exists(dir, ec); ++generation)
+    dir = directory_of(me_, index).string() + ".g" + std::to_string(generation);
+  auto shard = spawn_at(index, dir);
   if (!shard)
     return error(shard.err().code(),
                  "spawning shard " + std::to_string(index) + ": " + shard.err().message());
@@ -82,15 +88,20 @@ expected<actors::shard_actor> node_spawner::spawn_here(uint32_t index) {
   if (homes_.size() <= index) homes_.resize(index + 1);
   homes_[index] = me_;
   spawned_here_.push_back(caf::actor_cast<caf::actor>(*shard));
+  dirs_here_[index] = dir;
   return shard;
 }
 
 void node_spawner::retire_here(uint32_t index, std::function<void(status)> done) {
-  const auto dir = directory_of(me_, index);
+  auto dir = directory_of(me_, index);
   caf::actor shard = transport_.unexport_shard(targets::shard_base + index);
   {
     std::lock_guard lock(mu_);
     retiring_.insert(index);
+    if (auto it = dirs_here_.find(index); it != dirs_here_.end()) {
+      dir = it->second;
+      dirs_here_.erase(it);
+    }
   }
   auto remove = [this, index, dir, done] {
     std::error_code ec;
@@ -152,6 +163,42 @@ std::string node_spawner::spread() const {
 expected<actors::shard_actor> node_spawner::spawn(uint32_t index, const std::string& wanted) {
   const std::string node = wanted.empty() ? spread() : wanted;
   if (auto ok = check_node(node); !ok) return ok.err();
+  return spawn_on(index, node);
+}
+
+expected<actors::shard_actor> node_spawner::spawn_successor(uint32_t index,
+                                                            const std::string& node) {
+  if (auto ok = check_node(node); !ok) return ok.err();
+  const std::string old = node_of(index);
+  if (old == node)
+    return error(errc::invalid_argument, "shard " + std::to_string(index) +
+                                             " already lives on node '" + node + "'");
+  auto spawned = spawn_on(index, node);
+  if (!spawned) {
+    std::lock_guard lock(mu_);
+    if (index < homes_.size()) homes_[index] = old;
+    return spawned;
+  }
+  std::lock_guard lock(mu_);
+  rehoming_[index] = rehome{old, node};
+  return spawned;
+}
+
+void node_spawner::end_rehome(uint32_t index, bool keep) {
+  rehome r;
+  {
+    std::lock_guard lock(mu_);
+    auto it = rehoming_.find(index);
+    if (it == rehoming_.end()) return;
+    r = it->second;
+    rehoming_.erase(it);
+    if (!keep && index < homes_.size()) homes_[index] = r.old_node;
+    if (keep && index < homes_.size()) homes_[index] = r.new_node;
+  }
+  retire_on(index, keep ? r.old_node : r.new_node);
+}
+
+expected<actors::shard_actor> node_spawner::spawn_on(uint32_t index, const std::string& node) {
   if (node == me_) return spawn_here(index);
   auto answer = std::make_shared<std::promise<status>>();
   auto future = answer->get_future();
@@ -186,6 +233,14 @@ expected<actors::shard_actor> node_spawner::spawn(uint32_t index, const std::str
 void node_spawner::retire(uint32_t index) {
   const std::string node = node_of(index);
   if (node.empty()) return;
+  if (node != me_) {
+    std::lock_guard lock(mu_);
+    if (index < homes_.size()) homes_[index].clear();
+  }
+  retire_on(index, node);
+}
+
+void node_spawner::retire_on(uint32_t index, const std::string& node) {
   auto logged = [me = me_, node, index](status s) {
     if (!s)
       std::fprintf(stderr, "strata node: %s: retiring shard %u on node %s: %s\n", me.c_str(),
@@ -197,19 +252,36 @@ void node_spawner::retire(uint32_t index) {
   }
   {
     std::lock_guard lock(mu_);
-    if (index < homes_.size()) homes_[index].clear();
+    ++retires_sent_[node];
   }
+  auto answered = [this, node] {
+    {
+      std::lock_guard lock(mu_);
+      --retires_sent_[node];
+    }
+    retired_.notify_all();
+  };
   auto sent = transport_.bridge().request(
       node, transport::frame_type::retire_shard, targets::spawner, transport::encode_payload(index),
-      [logged](expected<transport::inbound_frame> r) {
-        if (!r) return logged(r.err());
-        if (r->header.type == transport::frame_type::reply_error) {
+      [logged, answered](expected<transport::inbound_frame> r) {
+        if (!r) {
+          logged(r.err());
+        } else if (r->header.type == transport::frame_type::reply_error) {
           std::string text;
           (void)transport::decode_payload(r->payload, text);
-          return logged(error(errc::io_error, text));
+          logged(error(errc::io_error, text));
         }
+        answered();
       });
-  if (!sent) logged(sent.err());
+  if (!sent) {
+    logged(sent.err());
+    answered();
+  }
+}
+
+void node_spawner::wait_retired(const std::string& node, std::chrono::seconds timeout) {
+  std::unique_lock lock(mu_);
+  retired_.wait_for(lock, timeout, [&] { return retires_sent_[node] <= 0; });
 }
 
 }  // namespace strata::deploy

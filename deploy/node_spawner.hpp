@@ -17,7 +17,11 @@
 #pragma once
 
 #include <caf/fwd.hpp>
+#include <chrono>
+#include <condition_variable>
+#include <filesystem>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <set>
 #include <string>
@@ -45,6 +49,18 @@ class node_spawner {
   expected<actors::shard_actor> spawn(uint32_t index, const std::string& node);
   void retire(uint32_t index);
 
+  // Draining a node (docs/multi-node.md "Draining a node"): shard `index`
+  // gets a successor on `node` (exported there as shard_base + index; its
+  // directory distinct from the old one's where nodes share an ssd_path),
+  // and its home becomes `node`. end_rehome then retires the old shard on
+  // its node (keep: the drain committed) or the successor (abandoned: the
+  // home is the old node again).
+  expected<actors::shard_actor> spawn_successor(uint32_t index, const std::string& node);
+  void end_rehome(uint32_t index, bool keep);
+  // Waits (at most `timeout`) until every retire sent to `node` has been
+  // answered: a drained node leaves only once its shards are gone.
+  void wait_retired(const std::string& node, std::chrono::seconds timeout);
+
   // The node that hosts shard `index` now ("" if none).
   std::string node_of(uint32_t index) const;
   std::vector<std::string> homes() const;
@@ -57,6 +73,8 @@ class node_spawner {
   std::filesystem::path directory_of(const std::string& node, uint32_t index) const;
   expected<actors::shard_actor> spawn_here(uint32_t index);
   void retire_here(uint32_t index, std::function<void(status)> done);
+  void retire_on(uint32_t index, const std::string& node);
+  expected<actors::shard_actor> spawn_on(uint32_t index, const std::string& node);
   status check_node(const std::string& node) const;
   std::string spread() const;
 
@@ -68,6 +86,13 @@ class node_spawner {
   std::vector<std::string> homes_;          // shard index -> node
   std::vector<caf::actor> spawned_here_;    // to stop with the node
   std::set<uint32_t> retiring_;             // retires not finished yet
+  std::map<uint32_t, std::filesystem::path> dirs_here_;  // spawned here, by index
+  struct rehome {
+    std::string old_node, new_node;
+  };
+  std::map<uint32_t, rehome> rehoming_;  // successors not committed or abandoned yet
+  std::map<std::string, int> retires_sent_;  // per node, not answered yet
+  std::condition_variable retired_;
 };
 
 }  // namespace strata::deploy

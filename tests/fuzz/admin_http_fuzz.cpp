@@ -45,6 +45,9 @@ coordinator_actor::behavior_type fake_coordinator(coordinator_actor::pointer, ca
         r.epoch = 2;
         return r;
       },
+      [](drain_atom, std::vector<uint32_t>&, std::vector<std::string>&) -> caf::result<scale_result> {
+        return caf::make_error(caf::sec::invalid_argument, "nothing to drain");
+      },
       [shard, cache](map_atom) {
         cluster_status st;
         st.routing.epoch = 1;

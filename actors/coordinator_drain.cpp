@@ -1,0 +1,165 @@
+// The coordinator's side of draining a node (docs/multi-node.md "Draining a
+// node"): each shard index on the node gets a successor on another node,
+// the partitions it owns move there with the scale's copy, fence and commit,
+// and the committed map keeps its owners while its shards[index] is the
+// successor. The old shards own nothing from then on (they forward) and are
+// retired on their node. A copy failure (before the fence) abandons the
+// drain: the successors go, the old map is committed again, training goes
+// on. After the fence a failure is the crash policy's, as for a scale.
+#include <algorithm>
+#include <caf/all.hpp>
+#include <memory>
+#include <string>
+
+#include "actors/coordinator_internal.hpp"
+
+namespace strata::actors::coordinator_impl {
+namespace {
+
+std::string index_list(const std::vector<uint32_t>& indices) {
+  std::string out;
+  for (uint32_t i : indices) out += (out.empty() ? "" : ", ") + std::to_string(i);
+  return out;
+}
+
+}  // namespace
+
+caf::typed_response_promise<scale_result> start_drain(
+    coordinator_pointer self, const std::vector<uint32_t>& indices,
+    const std::vector<std::string>& destinations) {
+  auto& s = self->state;
+  auto promise = self->make_response_promise<scale_result>();
+  const uint32_t current = static_cast<uint32_t>(s.peers.shards.size());
+  const std::string what = "cannot move shards " + index_list(indices) + " of cluster '" +
+                           s.plan.cluster + "' to other nodes: ";
+  auto refuse = [&](std::string why) {
+    promise.deliver(caf::make_error(caf::sec::invalid_argument, what + why));
+    return promise;
+  };
+  if (s.failed) return refuse("training has failed");
+  if (s.scaling)
+    return refuse("a scale to " + std::to_string(s.scaling->next.shards()) +
+                  " shards is in progress");
+  if (*s.removals_pending != 0)
+    return refuse("the shards of an abandoned scale are still being removed; try again");
+  if (!s.peers.factory.spawn_successor || !s.peers.factory.end_rehome)
+    return refuse("this cluster runs in one process (draining moves shards between nodes)");
+  if (indices.size() != destinations.size())
+    return refuse(std::to_string(destinations.size()) + " destinations for " +
+                  std::to_string(indices.size()) + " shards");
+  for (size_t k = 0; k < indices.size(); ++k) {
+    if (indices[k] >= current)
+      return refuse("no shard " + std::to_string(indices[k]) + " (the cluster has " +
+                    std::to_string(current) + ")");
+    if (std::count(indices.begin(), indices.end(), indices[k]) != 1)
+      return refuse("shard " + std::to_string(indices[k]) + " named twice");
+  }
+  if (indices.empty()) {
+    promise.deliver(scale_result{s.plan.map.epoch(), current, 0, 0, 0, 0});
+    return promise;
+  }
+  coordinator_state::scaling_job job;
+  job.next = partition_map(s.plan.map.epoch() + 1, s.plan.map.owners(), current);
+  job.shards = s.peers.shards;
+  job.old.resize(current);
+  job.what = what;
+  for (size_t k = 0; k < indices.size(); ++k) {
+    const uint32_t i = indices[k];
+    auto spawned = s.peers.factory.spawn_successor(i, destinations[k]);
+    if (!spawned) {
+      // Nothing moved yet: the successors spawned so far go, the map stays.
+      for (uint32_t j : job.rehomed) {
+        self->unlink_from(job.shards[j]);
+        s.peers.factory.end_rehome(j, false);
+      }
+      return refuse("spawning the successor of shard " + std::to_string(i) + " on node '" +
+                    destinations[k] + "' failed (the drain is abandoned; training goes on): " +
+                    spawned.err().message());
+    }
+    self->link_to(*spawned);  // it stops with the cluster
+    job.old[i] = job.shards[i];
+    job.shards[i] = *spawned;
+    job.rehomed.push_back(i);
+  }
+  std::vector<migration_order> orders(current);
+  for (uint32_t p = 0; p < s.plan.map.partitions(); ++p) {
+    const uint32_t from = s.plan.map.owner(p);
+    if (!job.old[from]) continue;  // not moving
+    orders[from].epoch = job.next.epoch();
+    orders[from].partitions.push_back(p);
+    orders[from].destinations.push_back(caf::actor_cast<caf::actor>(job.shards[from]));
+    ++job.result.moved_partitions;
+  }
+  for (uint32_t i : job.rehomed)
+    if (!orders[i].partitions.empty()) job.sources.push_back(i);
+  job.copies_missing = job.sources.size();
+  job.promise = promise;
+  s.scaling = std::move(job);
+  if (s.scaling->sources.empty()) {
+    copies_done(self);
+    return promise;
+  }
+  for (uint32_t src : s.scaling->sources)
+    self->request(s.scaling->old[src], caf::infinite, migrate_atom::value, orders[src])
+        .then(
+            [self](const migration_stats& copied) {
+              auto& s = self->state;
+              if (s.failed || !s.scaling) return;
+              s.scaling->result.copied_rows += copied.rows;
+              s.scaling->result.bytes += copied.bytes;
+              if (--s.scaling->copies_missing == 0) copies_done(self);
+            },
+            [self](caf::error& err) {
+              // Before the fence nothing has moved for good: abandoned once
+              // every source has answered.
+              auto& s = self->state;
+              if (s.failed || !s.scaling) return;
+              if (s.scaling->copy_failure.empty())
+                s.scaling->copy_failure = self->system().render(err);
+              if (--s.scaling->copies_missing == 0) copies_done(self);
+            });
+  return promise;
+}
+
+// A copy failed before the fence: the successors are retired on their
+// nodes, the old map (old shards) is committed at a new epoch so every
+// source forgets its migration, the request gets the error and training
+// goes on.
+void abandon_drain(coordinator_pointer self) {
+  auto& s = self->state;
+  auto& job = *s.scaling;
+  job.committing = true;  // no fence for this one
+  for (uint32_t i : job.rehomed) {
+    self->unlink_from(job.shards[i]);
+    s.peers.factory.end_rehome(i, false);
+  }
+  const uint32_t current = static_cast<uint32_t>(s.peers.shards.size());
+  const partition_map same(s.plan.map.epoch() + 1, s.plan.map.owners(), current);
+  const routing_table table = routing_of(same, s.peers.shards);
+  auto acks = std::make_shared<size_t>(s.peers.shards.size() + s.peers.caches.size());
+  auto done = [self, same] {
+    auto& s = self->state;
+    if (!s.scaling) return;
+    s.plan.map = same;
+    auto job = std::move(*s.scaling);
+    s.scaling.reset();
+    job.promise.deliver(caf::make_error(
+        caf::sec::runtime_error,
+        job.what + "copying partitions failed (the drain is abandoned; the shards stay where "
+                   "they were and keep training at map epoch " +
+            std::to_string(same.epoch()) + "): " + job.copy_failure));
+    if (job.resume) job.resume();
+  };
+  auto ack = [self, acks, done] {
+    if (self->state.failed) return;
+    if (--*acks == 0) done();
+  };
+  for (const auto& shard : s.peers.shards)
+    self->request(shard, caf::infinite, commit_atom::value, table)
+        .then([ack](ok_atom) { ack(); }, [self](caf::error& err) { fail(self, std::move(err)); });
+  for (const auto& cache : s.peers.caches)
+    self->request(cache, caf::infinite, map_atom::value, table)
+        .then([ack](ok_atom) { ack(); }, [self](caf::error& err) { fail(self, std::move(err)); });
+}
+
+}  // namespace strata::actors::coordinator_impl
