@@ -66,6 +66,11 @@ std::string node_of(const std::vector<std::string>& placement, size_t index,
 std::string node_health(const admin_config& config, size_t i,
                         const std::optional<transport::transport_stats>& transport) {
   if (i == 0) return "ok";
+  if (config.left_nodes) {
+    const auto left = config.left_nodes();
+    if (std::find(left.begin(), left.end(), config.nodes[i].name) != left.end())
+      return "left (drained)";
+  }
   if (!transport) return "unknown";
   for (const auto& p : transport->peers) {
     if (p.name != config.nodes[i].name) continue;
@@ -288,6 +293,122 @@ response admin_api::scale(const request& req) {
                 {"bytes", result->bytes}});
 }
 
+// A node's indices in a per-index placement ("1, 4"), or "".
+std::string indices_on(const std::vector<std::string>& nodes, const std::string& node,
+                       std::vector<uint32_t>* out = nullptr) {
+  std::string text;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (nodes[i] != node) continue;
+    text += (text.empty() ? "" : ", ") + std::to_string(i);
+    if (out) out->push_back(static_cast<uint32_t>(i));
+  }
+  return text;
+}
+
+response admin_api::drain(const request& req) {
+  json body;
+  try {
+    body = json::parse(req.body());
+  } catch (const json::parse_error& e) {
+    return error_reply(req, http::status::bad_request,
+                       std::string("body: malformed JSON: ") + e.what());
+  }
+  if (!body.is_object() || !body.contains("node") || !body["node"].is_string())
+    return error_reply(req, http::status::bad_request,
+                       "body: expected a JSON object like {\"node\": \"n2\"}");
+  for (const auto& [key, value] : body.items())
+    if (key != "node")
+      return error_reply(req, http::status::bad_request,
+                         "body: unknown field '" + key + "' (expected node)");
+  const std::string node = body["node"].get<std::string>();
+  const auto at = std::find_if(config_.nodes.begin(), config_.nodes.end(),
+                               [&](const admin_node& n) { return n.name == node; });
+  if (at == config_.nodes.end()) {
+    std::string names;
+    for (const auto& n : config_.nodes) names += (names.empty() ? "" : ", ") + n.name;
+    return error_reply(req, http::status::bad_request,
+                       "node: unknown node " + quoted(body["node"]) + " (nodes: " + names + ")");
+  }
+  const std::string what = "cannot drain node \"" + node + "\": ";
+  if (at == config_.nodes.begin())
+    return error_reply(req, http::status::conflict,
+                       what + "it runs the coordinator (and the admin API), which does not move");
+  if (!config_.release_node)
+    return error_reply(req, http::status::conflict,
+                       what + "this cluster's nodes do not move shards at run time");
+  if (config_.left_nodes) {
+    const auto left = config_.left_nodes();
+    if (std::find(left.begin(), left.end(), node) != left.end())
+      return error_reply(req, http::status::conflict, what + "it has left already (drained)");
+  }
+  const auto seen_now = config_.transport ? std::optional(config_.transport()) : std::nullopt;
+  if (const auto health = node_health(config_, at - config_.nodes.begin(), seen_now);
+      health != "ok")
+    return error_reply(req, http::status::conflict,
+                       what + "it is " + health + "; only a connected node can be drained");
+  const std::string workers = indices_on(config_.worker_nodes, node);
+  const std::string caches = indices_on(config_.cache_nodes, node);
+  if (!workers.empty() || !caches.empty())
+    return error_reply(
+        req, http::status::conflict,
+        "node " + node + " hosts " + (workers.empty() ? "" : "workers " + workers) +
+            (!workers.empty() && !caches.empty() ? " and " : "") +
+            (caches.empty() ? "" : "cache tier " + caches) +
+            ": draining moves shards only; place workers and caches elsewhere in the manifest");
+  const std::vector<std::string> homes =
+      config_.current_shard_nodes ? config_.current_shard_nodes() : config_.shard_nodes;
+  std::vector<uint32_t> indices;
+  indices_on(homes, node, &indices);
+  // Each shard goes to the connected node (not this one, not one that
+  // left) with the fewest shards; the manifest's order breaks ties.
+  const std::optional<transport::transport_stats> seen =
+      config_.transport ? std::optional(config_.transport()) : std::nullopt;
+  std::vector<std::pair<std::string, size_t>> takers;
+  for (size_t i = 0; i < config_.nodes.size(); ++i) {
+    const auto& n = config_.nodes[i];
+    if (n.name == node || node_health(config_, i, seen) != "ok") continue;
+    takers.emplace_back(n.name, std::count(homes.begin(), homes.end(), n.name));
+  }
+  if (!indices.empty() && takers.empty())
+    return error_reply(req, http::status::conflict,
+                       what + "no other connected node to take its shards " +
+                           indices_on(homes, node));
+  std::vector<std::string> destinations;
+  for (size_t k = 0; k < indices.size(); ++k) {
+    auto best = std::min_element(takers.begin(), takers.end(),
+                                 [](const auto& a, const auto& b) { return a.second < b.second; });
+    destinations.push_back(best->first);
+    ++best->second;
+  }
+  actors::scale_result moved;
+  if (!indices.empty()) {
+    auto [result, err] =
+        ask<actors::scale_result>(coordinator_, actors::drain_atom::value, indices, destinations);
+    if (!result)
+      return error_reply(req,
+                         err == caf::sec::invalid_argument ? http::status::conflict
+                                                           : http::status::internal_server_error,
+                         what + message_of(system_, err));
+    moved = *result;
+  }
+  if (auto released = config_.release_node(node); !released)
+    return error_reply(req, http::status::internal_server_error,
+                       "node \"" + node + "\": its shards moved, but " +
+                           released.err().message());
+  json shards = json::array();
+  for (size_t k = 0; k < indices.size(); ++k)
+    shards.push_back({{"shard", indices[k]}, {"node", destinations[k]}});
+  return reply(req, http::status::ok,
+               {{"node", node},
+                {"left", true},
+                {"shards", shards},
+                {"epoch", moved.epoch},
+                {"moved_partitions", moved.moved_partitions},
+                {"copied_rows", moved.copied_rows},
+                {"delta_rows", moved.delta_rows},
+                {"bytes", moved.bytes}});
+}
+
 response admin_api::checkpoint(const request& req) {
   auto [dir, err] = ask<std::string>(coordinator_, actors::checkpoint_atom::value);
   if (!dir)
@@ -316,6 +437,7 @@ response admin_api::handle(const request& req) {
   };
   static const route routes[] = {{"/status", http::verb::get, &admin_api::status},
                                  {"/scale", http::verb::post, &admin_api::scale},
+                                 {"/drain", http::verb::post, &admin_api::drain},
                                  {"/checkpoint", http::verb::post, &admin_api::checkpoint},
                                  {"/stop", http::verb::post, nullptr}};
   for (const auto& r : routes) {
@@ -331,7 +453,7 @@ response admin_api::handle(const request& req) {
     return (this->*r.handler)(req);
   }
   return error_reply(req, http::status::not_found,
-                     "no " + target + " (try /status, /scale, /checkpoint, /stop)");
+                     "no " + target + " (try /status, /scale, /drain, /checkpoint, /stop)");
 }
 
 admin_response admin_api::malformed(boost::beast::error_code ec) {

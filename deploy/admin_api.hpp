@@ -45,6 +45,7 @@ class admin_api {
   std::pair<std::optional<Reply>, caf::error> ask(const Handle& handle, Ts... xs);
   admin_response status(const admin_request& req);
   admin_response scale(const admin_request& req);
+  admin_response drain(const admin_request& req);
   admin_response checkpoint(const admin_request& req);
 
   admin_config config_;

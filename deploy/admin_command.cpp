@@ -1,4 +1,4 @@
-// `strata status|scale|stop` and `strata checkpoint create`: requests to
+// `strata status|scale|drain|stop` and `strata checkpoint create`: requests to
 // the coordinator's admin API (deploy/admin_server.hpp). The API is found
 // by --admin HOST:PORT and --token-file F, or by --manifest M (the first
 // node's admin port and address, admin.token or admin.token_file); an
@@ -156,6 +156,24 @@ void add_admin_commands(CLI::App& app, int& exit_code) {
     }
     body += "}";
     exit_code = send("scale", *scale_opts, "POST", "/scale", body);
+  });
+
+  auto drain_opts = std::make_shared<admin_options>();
+  auto drain_node = std::make_shared<std::string>();
+  auto* drain = app.add_subcommand(
+      "drain", "move every shard off a node to the other connected nodes while training goes "
+               "on, then let the node leave (it exits 0); returns once it has left");
+  add_admin_options(drain, *drain_opts);
+  drain->add_option("--node", *drain_node, "the node to drain (a name in the manifest)")
+      ->required();
+  drain->callback([drain_opts, drain_node, &exit_code] {
+    // The name goes as a JSON string: quotes and backslashes escaped.
+    std::string name;
+    for (char c : *drain_node) {
+      if (c == '"' || c == '\\') name += '\\';
+      name += c;
+    }
+    exit_code = send("drain", *drain_opts, "POST", "/drain", "{\"node\": \"" + name + "\"}");
   });
 
   auto stop_opts = std::make_shared<admin_options>();

@@ -8,6 +8,9 @@
 //   POST /scale       {"shards": N, "placement": ["node", ...]} (placement
 //                     optional: one known node name per shard, or "spread");
 //                     answers once the new map is committed
+//   POST /drain       {"node": "n2"}: every shard on the node moves to
+//                     other connected nodes (copy, fence, commit), then the
+//                     node is told it may leave; answers once it has
 //   POST /checkpoint  a checkpoint at the next cut; answers its directory
 //   POST /stop        graceful stop at the next cut (202)
 //
@@ -51,13 +54,18 @@ struct admin_config {
   std::vector<admin_node> nodes;  // the manifest's nodes; the first is this one
   // The node of each shard and cache tier by index (the manifest's
   // placement; missing: the first node).
-  std::vector<std::string> shard_nodes, cache_nodes;
+  std::vector<std::string> shard_nodes, cache_nodes, worker_nodes;
   // Set (a node of several): where every shard lives now, shards a scale
   // spawned on other nodes included; overrides shard_nodes.
   std::function<std::vector<std::string>()> current_shard_nodes;
   // The transport's view of the other nodes (a node of several): their
   // health in /status. Unset: they show as "unknown".
   std::function<transport::transport_stats()> transport;
+  // Set (the coordinator's node of several): /drain tells a node with no
+  // shard left that it may leave; `left` lists the nodes that did (their
+  // health: "left (drained)").
+  std::function<status(const std::string& node)> release_node;
+  std::function<std::vector<std::string>()> left_nodes;
   // The training rate the progress line shows (examples/s; unset or 0: not
   // known yet), and the plan: examples over every epoch, epochs per worker
   // (0: unknown).

@@ -319,6 +319,7 @@ int run_node(const std::string& path, const std::string& node, const std::string
     // /status: where each shard lives, the other nodes' health, the rate.
     ac.shard_nodes = m.shard_nodes;
     ac.cache_nodes = m.cache_nodes;
+    ac.worker_nodes = m.worker_nodes;
     if (member && member->spawner()) {
       const auto* spawner = member->spawner();
       ac.current_shard_nodes = [spawner] { return spawner->homes(); };
@@ -326,6 +327,11 @@ int run_node(const std::string& path, const std::string& node, const std::string
     if (member && member->bridge()) {
       auto* bridge = member->bridge();
       ac.transport = [bridge] { return bridge->stats(); };
+    }
+    if (member && member->runs_coordinator() && member->spawner()) {
+      auto* mem = member.get();
+      ac.release_node = [mem](const std::string& node) { return mem->release(node); };
+      ac.left_nodes = [mem] { return mem->left(); };
     }
     ac.examples_per_second = [&rate] { return rate.load(); };
     ac.planned_examples = total;

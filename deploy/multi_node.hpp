@@ -106,6 +106,13 @@ class node_membership {
   // then says goodbye to the peers (the end of this node's part).
   void finish(bool ok);
   void stop();
+  // The coordinator's node, once a drain moved every shard off `node`
+  // (docs/multi-node.md "Draining a node"): tells it the coordinator's
+  // node is done with it (the `finished` notice; it exits 0) and expects
+  // its departure. Errors if it does not acknowledge.
+  status release(const std::string& node);
+  // Nodes released so far (strata status: "left (drained)").
+  std::vector<std::string> left() const;
 
  private:
   node_membership() = default;
@@ -144,6 +151,7 @@ class node_membership {
   bool finished_ = false;  // the coordinator's node is done with this node
   bool ending_ = false;    // the coordinator's node: the run is over (peers leave)
   std::set<std::string> joined_;  // the coordinator's node: standby nodes that joined
+  std::set<std::string> left_;    // the coordinator's node: nodes released by a drain
   std::string coordinator_reason_;
 };
 

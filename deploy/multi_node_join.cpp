@@ -37,9 +37,10 @@ std::string node_membership::standby_note() const {
 }
 
 bool node_membership::expects_finish(const std::string& peer) const {
-  if (!is_standby(peer)) return true;
   {
     std::lock_guard lock(mu_);
+    if (left_.count(peer) != 0) return false;  // drained: told already
+    if (!is_standby(peer)) return true;
     if (joined_.count(peer) == 0) return false;
   }
   return transport_ && transport_->bridge().is_up(peer);
@@ -130,11 +131,51 @@ expected<std::vector<std::byte>> node_membership::on_joined(const std::string& p
   return std::vector<std::byte>{};
 }
 
+status node_membership::release(const std::string& node) {
+  if (!runs_coordinator() || !transport_)
+    return error(errc::invalid_argument, "node '" + me_ + "' is not the coordinator's node");
+  if (node == me_)
+    return error(errc::invalid_argument, "node '" + me_ + "' runs the coordinator");
+  // Its shards' retires first: their files go before the node does.
+  if (spawner_) spawner_->wait_retired(node, std::chrono::seconds(120));
+  {
+    std::lock_guard lock(mu_);
+    left_.insert(node);  // from now on its departure is no news
+  }
+  auto answer = std::make_shared<std::promise<std::string>>();
+  auto future = answer->get_future();
+  auto sent = transport_->bridge().request(
+      node, transport::frame_type::echo, targets::finished, {},
+      [answer](expected<transport::inbound_frame> r) {
+        if (!r)
+          answer->set_value(r.err().message());
+        else if (r->header.type != transport::frame_type::reply)
+          answer->set_value("it answered with an error");
+        else
+          answer->set_value(std::string());
+      });
+  if (!sent) answer->set_value(sent.err().message());
+  const std::string why = future.wait_for(std::chrono::seconds(30)) != std::future_status::ready
+                              ? "no answer within 30 s"
+                              : future.get();
+  if (!why.empty())
+    return error(errc::unavailable,
+                 "node '" + node + "' did not acknowledge that it may leave: " + why);
+  std::printf("cluster: node %s left (drained: it hosts no shard)\n", node.c_str());
+  std::fflush(stdout);
+  return {};
+}
+
+std::vector<std::string> node_membership::left() const {
+  std::lock_guard lock(mu_);
+  return {left_.begin(), left_.end()};
+}
+
 void node_membership::standby_gone(const std::string& peer, const std::string& reason) {
   bool was_joined = false;
   {
     std::lock_guard lock(mu_);
-    if (ending_) return;
+    if (ending_ || left_.count(peer) != 0) return;
     was_joined = joined_.count(peer) != 0;
   }
   if (!was_joined) return;  // refused, or left before its notice: said already

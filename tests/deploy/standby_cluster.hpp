@@ -28,8 +28,14 @@ constexpr double deadline_s = 300;
 // training runs far longer than the test (it is stopped): many epochs of
 // a small file, or (`one_epoch`, for the exact-sum oracle, which reads each
 // line once) one epoch of a large one.
+// Where cache tiers and workers go ("[n0, n1, n0]"; empty: dealt over
+// the starting nodes).
+struct standby_placements {
+  std::string caches, workers;
+};
+
 fs::path write_manifest(const fs::path& d, uint16_t admin_port, int standby, bool one_epoch,
-                        bool pass) {
+                        bool pass, const standby_placements& placed = {}) {
   const fs::path file = d / "standby.yaml";
   std::ofstream m(file);
   m << "name: standby\nmode: " << (pass ? "pass\npass_batches: 20" : "async")
@@ -46,7 +52,9 @@ fs::path write_manifest(const fs::path& d, uint16_t admin_port, int standby, boo
     << "shards:\n  count: 3\n  dram_bytes: 256KiB\n  ssd_path: " << (d / "state").string()
     << "\n  map_bytes: 256MiB\n"
     << "caches:\n  count: 3\n  sets: 16\n"
+    << (placed.caches.empty() ? "" : "  placement: " + placed.caches + "\n")
     << "workers:\n  count: 3\n  batch_size: 64\n  epochs: " << (one_epoch ? 1 : 1000) << "\n"
+    << (placed.workers.empty() ? "" : "  placement: " + placed.workers + "\n")
     << "data:\n  path: " << (d / "data.tsv").string() << "\n  heldout_fraction: 0\n"
     << "  generate:\n    rows: " << (one_epoch ? 300000 : 20000)
     << "\n    distinct_keys: 5000\n    seed: 3\n"
@@ -66,9 +74,10 @@ std::string read_text(const fs::path& f) {
 // A running three-node cluster with standby nodes, and the CLI around it.
 class standby_cluster {
  public:
-  standby_cluster(const fs::path& d, int standby, bool one_epoch = false, bool pass = false)
+  standby_cluster(const fs::path& d, int standby, bool one_epoch = false, bool pass = false,
+                  const standby_placements& placed = {})
       : d_(d),
-        manifest_(write_manifest(d, testing::free_port(), standby, one_epoch, pass)),
+        manifest_(write_manifest(d, testing::free_port(), standby, one_epoch, pass, placed)),
         launch_({"launch", manifest_.string()}, d / "out.txt", d / "err.txt") {}
 
   const fs::path& manifest() const { return manifest_; }

@@ -1,0 +1,147 @@
+// Draining a node (issue 19, docs/multi-node.md "Draining a node"): three
+// nodes where n2 hosts only a shard (the manifest puts cache tiers and
+// workers on n0 and n1) and a standby n3, training one epoch async. n3
+// joins, `strata scale --shards 5 --placement` puts shards 3 and 4 on it,
+// and `strata drain --node n2` moves shard 2 to another connected node with
+// copy, fence and commit while training goes on; n2 is told it may leave
+// and exits 0, `strata status` shows it "left (drained)" with no shard, its
+// shard's files are gone from its ssd_path, and the final checkpoint passes
+// the exact-sum oracle. The refusals are named first: the coordinator's
+// node, an unknown node, a node hosting workers and a cache tier, a standby
+// node that has not joined. Real processes over UCX on loopback.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "actors/checkpoint.hpp"
+#include "tests/deploy/exact_sums.hpp"
+#include "tests/deploy/process_util.hpp"
+#include "tests/deploy/standby_cluster.hpp"
+#include "tests/tiers/test_util.hpp"
+
+namespace strata {
+namespace {
+
+using strata::testing::temp_dir;
+
+// Workers and cache tiers on n0 and n1 only: n2 hosts shard 2 alone.
+const standby_placements shards_only_on_n2{"[n0, n1, n0]", "[n0, n1, n0]"};
+
+void drain_while_training(bool pass) {
+  temp_dir dir;
+  const fs::path d = dir.path();
+  standby_cluster c(d, 1, /*one_epoch=*/true, pass, shards_only_on_n2);
+  c.wait_for_training();
+  const std::string m = c.manifest().string();
+  auto drain = [&](const std::string& node) {
+    return c.cli({"drain", "--manifest", m, "--node", node});
+  };
+
+  // Refusals, each named; training goes on.
+  {
+    auto [rc, out, err] = drain("n0");
+    EXPECT_EQ(rc, 1) << out;
+    EXPECT_NE(err.find("HTTP 409: cannot drain node \"n0\": it runs the coordinator"),
+              std::string::npos)
+        << err;
+  }
+  {
+    auto [rc, out, err] = drain("n9");
+    EXPECT_EQ(rc, 1) << out;
+    EXPECT_NE(err.find("HTTP 400: node: unknown node \"n9\" (nodes: n0, n1, n2, n3)"),
+              std::string::npos)
+        << err;
+  }
+  {
+    auto [rc, out, err] = drain("n1");
+    EXPECT_EQ(rc, 1) << out;
+    EXPECT_NE(err.find("HTTP 409: node n1 hosts workers 1 and cache tier 1: draining moves "
+                       "shards only; place workers and caches elsewhere in the manifest"),
+              std::string::npos)
+        << err;
+  }
+  {
+    auto [rc, out, err] = drain("n3");
+    EXPECT_EQ(rc, 1) << out;
+    EXPECT_NE(err.find("HTTP 409: cannot drain node \"n3\": it is standby (not joined); only a "
+                       "connected node can be drained"),
+              std::string::npos)
+        << err;
+  }
+  ASSERT_TRUE(c.launch().running()) << c.launch().out() << c.launch().err();
+
+  auto n3 = c.start_node("n3");
+  c.wait_joined("n3", *n3);
+  auto [rc5, out5, err5] =
+      c.cli({"scale", "--manifest", m, "--shards", "5", "--placement", "n0", "n1", "n2", "n3", "n3"});
+  ASSERT_EQ(rc5, 0) << out5 << err5 << c.launch().err() << n3->err();
+  ASSERT_TRUE(fs::exists(d / "ssd-n2" / "shard-2" / "data.mdb"));
+
+  // Drain n2: shard 2 goes to the connected node with the fewest shards
+  // (n0 and n1 hold one, n3 two: n0, first in the manifest).
+  auto [rcd, outd, errd] = drain("n2");
+  ASSERT_EQ(rcd, 0) << outd << errd << c.launch().out() << c.launch().err();
+  const auto answer = nlohmann::json::parse(outd, nullptr, false);
+  ASSERT_TRUE(answer.is_object()) << outd;
+  EXPECT_EQ(answer["node"], "n2") << outd;
+  EXPECT_EQ(answer["left"], true) << outd;
+  ASSERT_EQ(answer["shards"].size(), 1u) << outd;
+  EXPECT_EQ(answer["shards"][0]["shard"], 2) << outd;
+  EXPECT_EQ(answer["shards"][0]["node"], "n0") << outd;
+  EXPECT_GT(answer["moved_partitions"].get<uint64_t>(), 0u) << outd;
+  EXPECT_NE(c.launch().out().find("cluster: node n2 left (drained: it hosts no shard)"),
+            std::string::npos)
+      << c.launch().out();
+
+  // Status: n2 left, no shard on it, shard 2 on n0; the map kept 5 shards.
+  auto st = c.status();
+  ASSERT_TRUE(st.is_object());
+  ASSERT_EQ(st["shards"].size(), 5u) << st.dump();
+  for (const auto& s : st["shards"]) EXPECT_NE(s["node"], "n2") << st.dump();
+  EXPECT_EQ(st["shards"][2]["node"], "n0") << st.dump();
+  EXPECT_EQ(st["shards"][2]["health"], "ok") << st.dump();
+  EXPECT_EQ(c.health("n2"), "left (drained)");
+  auto [rcs, summary, errs] = c.cli({"status", "--manifest", m});
+  EXPECT_EQ(rcs, 0) << errs;
+  EXPECT_NE(summary.find("left (drained)"), std::string::npos) << summary;
+  // Its shard's files go from its ssd_path; the successor's are under n0's.
+  EXPECT_TRUE(poll_until([&] { return !fs::exists(d / "ssd-n2" / "shard-2"); }, deadline_s));
+  EXPECT_TRUE(fs::exists(d / "ssd-n0" / "shard-2" / "data.mdb"));
+
+  // Training goes on without n2.
+  const uint64_t before = st["training"]["examples"].get<uint64_t>();
+  ASSERT_TRUE(poll_until(
+      [&] {
+        auto now = c.status();
+        return !c.launch().running() ||
+               (now.is_object() && now["training"]["examples"].get<uint64_t>() > before);
+      },
+      deadline_s));
+  ASSERT_TRUE(c.launch().running()) << c.launch().out() << c.launch().err();
+
+  c.stop_cleanly();
+  auto s3 = n3->wait(deadline_s);
+  ASSERT_TRUE(s3) << "node n3 did not end\n" << n3->out() << n3->err();
+  EXPECT_TRUE(WIFEXITED(*s3) && WEXITSTATUS(*s3) == 0) << n3->out() << n3->err();
+  // Nobody complained about n2 leaving.
+  EXPECT_EQ(c.launch().err().find("member n2 did not acknowledge"), std::string::npos)
+      << c.launch().err();
+  auto latest = actors::latest_checkpoint(d / "ckpt");
+  ASSERT_TRUE(latest) << "no checkpoint\n" << c.launch().out();
+  auto positions = check_exact_sums(c.manifest(), *latest);
+  ASSERT_EQ(positions.size(), 3u);
+  for (auto p : positions) EXPECT_GT(p, 0u);
+}
+
+TEST(Drain, ANodeHostingOnlyShardsLeavesWhileTrainingGoesOnWithExactSums) {
+  drain_while_training(false);
+}
+
+TEST(Drain, ANodeHostingOnlyShardsLeavesWhileTrainingGoesOnWithExactSumsPassMode) {
+  drain_while_training(true);
+}
+
+}  // namespace
+}  // namespace strata
