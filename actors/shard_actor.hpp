@@ -2,16 +2,17 @@
 // write-behind -> LMDB -> initializer) and, through its ssd_flush actor,
 // the write side of its LMDB environment.
 //
-// pull: rows from the chain (promoting, initializing); keys below DRAM and
-// the write-behind buffer are read by the shard's reader off the shard's
-// thread while the pull waits and other requests go on (shard_read.cpp). push (async mode):
+// pull: rows from the chain (promoting, initializing); with
+// STRATA_SHARD_ASYNC_READS=1, keys below DRAM and the write-behind buffer
+// are read by the shard's reader off the shard's thread while the pull
+// waits and other requests go on (shard_read.cpp). push (async mode):
 // gradients reduced per key, the optimizer applied here (updates of one key
 // are serialized by the actor), the updated rows returned. write_back:
 // whole rows from a cache tier, older versions ignored. prefetch: warms
-// DRAM (its cold keys read off the thread too). Evicted dirty rows wait in the write-behind buffer
-// until ssd_flush confirms their batch (at most max_flushes_in_flight batches in flight:
-// back-pressure, rows are never dropped). drain: everything written down
-// and synced, then ok.
+// DRAM (its cold keys read off the thread too, with the reader on). Evicted dirty rows wait in the
+// write-behind buffer until ssd_flush confirms their batch (at most max_flushes_in_flight batches
+// in flight: back-pressure, rows are never dropped). drain: everything written down and synced,
+// then ok.
 #pragma once
 
 #include <caf/fwd.hpp>

@@ -127,10 +127,10 @@ struct shard_state {
   // seq -> keys of a flush batch sent to ssd_flush (which retries it
   // itself; the write-behind keeps the rows readable until it confirms).
   std::map<uint64_t, std::vector<uint64_t>> in_flight;
-  // Reads off the shard's thread (shard_read.cpp). Off (every read on the
-  // shard's thread, as before) with STRATA_SHARD_SYNC_READS=1 in the
-  // environment: for A/B measurements in one binary.
-  bool async_reads = true;
+  // Reads off the shard's thread (shard_read.cpp): on with
+  // STRATA_SHARD_ASYNC_READS=1 in the environment (or a test's read gate);
+  // off, every read runs on the shard's thread as before.
+  bool async_reads = false;
   shard_reader_actor reader;
   uint64_t next_read = 1;            // id of the next read sent
   std::deque<read_in_flight> reads;  // sent, not answered (the reader answers in order)
