@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <memory>
+#include <thread>
 
 #include "common/child_process.hpp"
 #include "tests/deploy/exact_sums.hpp"
@@ -164,6 +165,89 @@ TEST(NetworkNamespaces, StrataNodesTrainAcrossTwoHosts) {
   ASSERT_TRUE(latest) << "no complete checkpoint\n" << a.output();
   const auto positions = check_exact_sums(manifest, *latest);
   EXPECT_EQ(positions.size(), 2u);
+}
+
+
+// Issue 19: scaling across the two hosts. The coordinator's node in
+// namespace a trains with one shard on each host; `strata scale --shards 3
+// --placement ha hb hb` (run inside namespace a, where the admin API
+// listens) spawns shard 2 on the node in namespace b and moves partitions
+// to it over TCP while training goes on; after a graceful stop the final
+// checkpoint holds the exact sums.
+TEST(NetworkNamespaces, ScaleOntoTheOtherHostKeepsExactSums) {
+  const auto ip = ip_binary();
+  SKIP_WITHOUT_NAMESPACES(ip);
+  namespace_pair ns(ip);
+  ASSERT_TRUE(ns.ok()) << "could not set up namespaces " << ns.a() << ", " << ns.b();
+  temp_dir dir;
+  const auto d = dir.path();
+  const auto manifest = d / "hosts.yaml";
+  {
+    std::ofstream m(manifest);
+    m << "name: hostscale\nmode: async\npartitions: 64\nthreads: 2\n"
+      << "cluster_secret:\n  file: " << (d / "cluster.secret").string()
+      << "\n  create_if_missing: true\n"
+      << "nodes:\n"
+      << "  - name: ha\n    host: " << ns.address_a() << "\n    transport_port: 17443\n"
+      << "    ssd_path: " << (d / "ha").string() << "\n"
+      << "  - name: hb\n    host: " << ns.address_b() << "\n    transport_port: 17444\n"
+      << "    ssd_path: " << (d / "hb").string() << "\n"
+      << "table:\n  name: counts\n  optimizer:\n    kind: sgd\n    learning_rate: 1\n"
+      << "  initializer:\n    kind: zeros\n"
+      << "model:\n  embedding_dim: 1\n  objective: count\n"
+      << "shards:\n  count: 2\n  dram_bytes: 128KiB\n  ssd_path: " << (d / "state").string()
+      << "\n  map_bytes: 256MiB\n  flush_batch_rows: 512\n"
+      << "caches:\n  count: 2\n  sets: 8\n"
+      << "workers:\n  count: 2\n  batch_size: 32\n  epochs: 1\n"
+      << "data:\n  path: " << (d / "data.tsv").string() << "\n  heldout_fraction: 0\n"
+      << "  generate:\n    rows: 300000\n    distinct_keys: 5000\n    seed: 5\n"
+      << "checkpoint:\n  dir: " << (d / "ckpt").string() << "\n  keep: 10\n"
+      << "admin:\n  port: 17445\n  bind_address: " << ns.address_a()
+      << "\n  token_file: " << (d / "admin.token").string() << "\n  create_if_missing: true\n";
+  }
+  const std::vector<std::string> env{"UCX_TLS=tcp"};
+  child_process a(ip, {"netns", "exec", ns.a(), STRATA_BINARY, "node", "--manifest",
+                       manifest.string(), "--node", "ha"},
+                  env);
+  ASSERT_TRUE(a.wait_line("transport: node ha listening", 120s)) << a.output();
+  child_process b(ip, {"netns", "exec", ns.b(), STRATA_BINARY, "node", "--manifest",
+                       manifest.string(), "--node", "hb"},
+                  env);
+  // A CLI verb inside namespace a: (exit code, stdout and stderr).
+  auto cli = [&](std::vector<std::string> args) {
+    std::vector<std::string> full{"netns", "exec", ns.a(), STRATA_BINARY};
+    full.insert(full.end(), args.begin(), args.end());
+    child_process p(ip, full, env);
+    auto rc = p.wait_exit(120s);
+    return std::make_pair(rc ? *rc : -1, p.output());
+  };
+  const auto deadline = std::chrono::steady_clock::now() + 300s;
+  bool training = false;
+  while (!training && std::chrono::steady_clock::now() < deadline && a.running()) {
+    auto [rc, out] = cli({"status", "--manifest", manifest.string()});
+    training = rc == 0 && out.find("training: 0 ") == std::string::npos &&
+               out.find("training: ") != std::string::npos;
+    if (!training) std::this_thread::sleep_for(200ms);
+  }
+  ASSERT_TRUE(training) << a.output() << b.output();
+  auto [rc3, out3] = cli({"scale", "--manifest", manifest.string(), "--shards", "3",
+                          "--placement", "ha", "hb", "hb"});
+  ASSERT_EQ(rc3, 0) << out3 << a.output() << b.output();
+  EXPECT_NE(out3.find("\"shards\": 3"), std::string::npos) << out3;
+  EXPECT_TRUE(std::filesystem::exists(d / "hb" / "shard-2" / "data.mdb"))
+      << "shard 2 is not under the other host's ssd_path";
+  auto [rcs, outs] = cli({"stop", "--manifest", manifest.string()});
+  EXPECT_EQ(rcs, 0) << outs;
+  const auto rc_a = a.wait_exit(240s);
+  const auto rc_b = b.wait_exit(60s);
+  ASSERT_TRUE(rc_a && rc_b) << a.output() << b.output();
+  EXPECT_EQ(*rc_a, 0) << a.output();
+  EXPECT_EQ(*rc_b, 0) << b.output();
+  auto latest = actors::latest_checkpoint(d / "ckpt");
+  ASSERT_TRUE(latest) << "no complete checkpoint\n" << a.output();
+  const auto positions = check_exact_sums(manifest, *latest);
+  ASSERT_EQ(positions.size(), 2u);
+  for (auto p : positions) EXPECT_GT(p, 0u);
 }
 
 }  // namespace
