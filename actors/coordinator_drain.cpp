@@ -92,32 +92,9 @@ caf::typed_response_promise<scale_result> start_drain(
   }
   for (uint32_t i : job.rehomed)
     if (!orders[i].partitions.empty()) job.sources.push_back(i);
-  job.copies_missing = job.sources.size();
   job.promise = promise;
   s.scaling = std::move(job);
-  if (s.scaling->sources.empty()) {
-    copies_done(self);
-    return promise;
-  }
-  for (uint32_t src : s.scaling->sources)
-    self->request(s.scaling->old[src], caf::infinite, migrate_atom::value, orders[src])
-        .then(
-            [self](const migration_stats& copied) {
-              auto& s = self->state;
-              if (s.failed || !s.scaling) return;
-              s.scaling->result.copied_rows += copied.rows;
-              s.scaling->result.bytes += copied.bytes;
-              if (--s.scaling->copies_missing == 0) copies_done(self);
-            },
-            [self](caf::error& err) {
-              // Before the fence nothing has moved for good: abandoned once
-              // every source has answered.
-              auto& s = self->state;
-              if (s.failed || !s.scaling) return;
-              if (s.scaling->copy_failure.empty())
-                s.scaling->copy_failure = self->system().render(err);
-              if (--s.scaling->copies_missing == 0) copies_done(self);
-            });
+  start_copies(self, s.scaling->old, orders);
   return promise;
 }
 

@@ -124,6 +124,10 @@ void at_cut(coordinator_pointer self, std::function<void()> next, bool final);
 routing_table routing_of(const partition_map& map, const std::vector<shard_actor>& shards);
 void fence_and_commit(coordinator_pointer self, std::function<void()> next);
 void copies_done(coordinator_pointer self);
+// Sends each of the running job's sources (from[src]) its migration order;
+// copies_done runs once every one has answered (at once if there are none).
+void start_copies(coordinator_pointer self, const std::vector<shard_actor>& from,
+                  const std::vector<migration_order>& orders);
 void retire_new_shards(coordinator_pointer self, const std::vector<shard_actor>& shards,
                        uint32_t first, uint32_t end);
 bool training_running(const coordinator_state& s);

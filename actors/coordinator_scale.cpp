@@ -269,15 +269,22 @@ caf::typed_response_promise<scale_result> start_scale(coordinator_pointer self, 
   }
   for (uint32_t i = 0; i < orders.size(); ++i)
     if (!orders[i].partitions.empty()) job.sources.push_back(i);
-  job.copies_missing = job.sources.size();
   job.promise = promise;
   s.scaling = std::move(job);
-  if (s.scaling->sources.empty()) {
+  start_copies(self, s.scaling->shards, orders);
+  return promise;
+}
+
+void start_copies(coordinator_pointer self, const std::vector<shard_actor>& from,
+                  const std::vector<migration_order>& orders) {
+  auto& job = *self->state.scaling;
+  job.copies_missing = job.sources.size();
+  if (job.sources.empty()) {
     copies_done(self);
-    return promise;
+    return;
   }
-  for (uint32_t src : s.scaling->sources)
-    self->request(s.scaling->shards[src], caf::infinite, migrate_atom::value, orders[src])
+  for (uint32_t src : job.sources)
+    self->request(from[src], caf::infinite, migrate_atom::value, orders[src])
         .then(
             [self](const migration_stats& copied) {
               auto& s = self->state;
@@ -288,14 +295,13 @@ caf::typed_response_promise<scale_result> start_scale(coordinator_pointer self, 
             },
             [self](caf::error& err) {
               // Before the fence nothing has moved for good: once every
-              // source has answered, the scale is abandoned.
+              // source has answered, the scale (or drain) is abandoned.
               auto& s = self->state;
               if (s.failed || !s.scaling) return;
               if (s.scaling->copy_failure.empty())
                 s.scaling->copy_failure = self->system().render(err);
               if (--s.scaling->copies_missing == 0) copies_done(self);
             });
-  return promise;
 }
 
 }  // namespace strata::actors::coordinator_impl

@@ -88,13 +88,13 @@ void serve(shard_pointer self, parked_pull& p) {
   p.promise.deliver(std::move(p.reply));
 }
 
-// Answers the parked pulls whose reads are all done, in arrival order.
-void serve_ready(shard_pointer self) {
+// Answers the parked pulls that `due` picks, in arrival order.
+template <class Pick>
+void serve_parked_if(shard_pointer self, Pick due) {
   auto& st = self->state;
-  const uint64_t done = st.reads.empty() ? st.next_read - 1 : st.reads.front().id - 1;
   bool served = false;
   for (auto it = st.parked.begin(); it != st.parked.end();) {
-    if (it->read > done) {
+    if (!due(*it)) {
       ++it;
       continue;
     }
@@ -104,6 +104,13 @@ void serve_ready(shard_pointer self) {
     served = true;
   }
   if (served) maybe_flush(self);
+}
+
+// Answers the parked pulls whose reads are all done, in arrival order.
+void serve_ready(shard_pointer self) {
+  auto& st = self->state;
+  const uint64_t done = st.reads.empty() ? st.next_read - 1 : st.reads.front().id - 1;
+  serve_parked_if(self, [done](const parked_pull& p) { return p.read <= done; });
 }
 
 bool stale(const shard_state& st, uint64_t key, uint64_t sent_at) {
@@ -245,19 +252,8 @@ void settle_parked(shard_pointer self, std::span<const uint64_t> keys) {
   // to this write, as when every read was on this thread; a pass-mode
   // cache that evicted and wrote back a row would otherwise take a late
   // pull's older copy of it for current (ExactSumThreaded/Pass).
-  const caf::strong_actor_ptr& client = self->current_sender();
-  bool served = false;
-  for (auto it = st.parked.begin(); it != st.parked.end();) {
-    if (it->client != client) {
-      ++it;
-      continue;
-    }
-    parked_pull p = std::move(*it);
-    it = st.parked.erase(it);
-    serve(self, p);
-    served = true;
-  }
-  if (served) maybe_flush(self);
+  const caf::strong_actor_ptr client = self->current_sender();
+  serve_parked_if(self, [&client](const parked_pull& p) { return p.client == client; });
 }
 
 void settle_all_parked(shard_pointer self) {

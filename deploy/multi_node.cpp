@@ -362,6 +362,27 @@ status node_membership::serve_until_done() {
                                       coordinator_ + "': " + coordinator_reason_);
 }
 
+std::future<std::string> node_membership::tell_finished(const std::string& node) {
+  auto answer = std::make_shared<std::promise<std::string>>();
+  auto future = answer->get_future();
+  auto sent = transport_->bridge().request(node, transport::frame_type::echo, targets::finished, {},
+                                           [answer](expected<transport::inbound_frame> r) {
+                                             if (!r)
+                                               answer->set_value(r.err().message());
+                                             else if (r->header.type != transport::frame_type::reply)
+                                               answer->set_value("it answered with an error");
+                                             else
+                                               answer->set_value(std::string());
+                                           });
+  if (!sent) answer->set_value(sent.err().message());
+  return future;
+}
+
+std::string node_membership::acknowledged(std::future<std::string>& answer) {
+  return answer.wait_for(finish_timeout) != std::future_status::ready ? "no answer within 30 s"
+                                                                      : answer.get();
+}
+
 void node_membership::finish(bool ok) {
   {
     std::lock_guard lock(mu_);
@@ -375,23 +396,10 @@ void node_membership::finish(bool ok) {
     std::vector<std::pair<std::string, std::future<std::string>>> answers;
     for (const auto& peer : m_.nodes) {
       if (peer.name == me_ || !expects_finish(peer.name)) continue;
-      auto answer = std::make_shared<std::promise<std::string>>();
-      answers.emplace_back(peer.name, answer->get_future());
-      auto sent = bridge.request(peer.name, transport::frame_type::echo, targets::finished, {},
-                                 [answer](expected<transport::inbound_frame> r) {
-                                   if (!r)
-                                     answer->set_value(r.err().message());
-                                   else if (r->header.type != transport::frame_type::reply)
-                                     answer->set_value("it answered with an error");
-                                   else
-                                     answer->set_value(std::string());
-                                 });
-      if (!sent) answer->set_value(sent.err().message());
+      answers.emplace_back(peer.name, tell_finished(peer.name));
     }
     for (auto& [peer, a] : answers) {
-      const std::string why = a.wait_for(finish_timeout) != std::future_status::ready
-                                  ? "no answer within 30 s"
-                                  : a.get();
+      const std::string why = acknowledged(a);
       if (!why.empty())
         std::fprintf(stderr,
                      "strata node: %s: member %s did not acknowledge the end of training: %s\n",

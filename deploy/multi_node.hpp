@@ -39,6 +39,7 @@
 
 #include <caf/fwd.hpp>
 #include <condition_variable>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -128,6 +129,11 @@ class node_membership {
   // The coordinator's node: whether `peer` must be told `finished` (a
   // standby node only once it joined).
   bool expects_finish(const std::string& peer) const;
+  // The coordinator's node: sends `node` the finished notice; the answer
+  // is empty once it acknowledged, else why not (acknowledged() waits
+  // finish_timeout for it).
+  std::future<std::string> tell_finished(const std::string& node);
+  static std::string acknowledged(std::future<std::string>& answer);
   // The coordinator's node: a standby node went down (logged; a node
   // holding nothing leaves training alone).
   void standby_gone(const std::string& peer, const std::string& reason);

@@ -142,22 +142,8 @@ status node_membership::release(const std::string& node) {
     std::lock_guard lock(mu_);
     left_.insert(node);  // from now on its departure is no news
   }
-  auto answer = std::make_shared<std::promise<std::string>>();
-  auto future = answer->get_future();
-  auto sent = transport_->bridge().request(
-      node, transport::frame_type::echo, targets::finished, {},
-      [answer](expected<transport::inbound_frame> r) {
-        if (!r)
-          answer->set_value(r.err().message());
-        else if (r->header.type != transport::frame_type::reply)
-          answer->set_value("it answered with an error");
-        else
-          answer->set_value(std::string());
-      });
-  if (!sent) answer->set_value(sent.err().message());
-  const std::string why = future.wait_for(std::chrono::seconds(30)) != std::future_status::ready
-                              ? "no answer within 30 s"
-                              : future.get();
+  auto answer = tell_finished(node);
+  const std::string why = acknowledged(answer);
   if (!why.empty())
     return error(errc::unavailable,
                  "node '" + node + "' did not acknowledge that it may leave: " + why);
