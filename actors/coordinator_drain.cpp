@@ -110,33 +110,12 @@ void abandon_drain(coordinator_pointer self) {
     self->unlink_from(job.shards[i]);
     s.peers.factory.end_rehome(i, false);
   }
-  const uint32_t current = static_cast<uint32_t>(s.peers.shards.size());
-  const partition_map same(s.plan.map.epoch() + 1, s.plan.map.owners(), current);
-  const routing_table table = routing_of(same, s.peers.shards);
-  auto acks = std::make_shared<size_t>(s.peers.shards.size() + s.peers.caches.size());
-  auto done = [self, same] {
-    auto& s = self->state;
-    if (!s.scaling) return;
-    s.plan.map = same;
-    auto job = std::move(*s.scaling);
-    s.scaling.reset();
-    job.promise.deliver(caf::make_error(
-        caf::sec::runtime_error,
-        job.what + "copying partitions failed (the drain is abandoned; the shards stay where "
-                   "they were and keep training at map epoch " +
-            std::to_string(same.epoch()) + "): " + job.copy_failure));
-    if (job.resume) job.resume();
-  };
-  auto ack = [self, acks, done] {
-    if (self->state.failed) return;
-    if (--*acks == 0) done();
-  };
-  for (const auto& shard : s.peers.shards)
-    self->request(shard, caf::infinite, commit_atom::value, table)
-        .then([ack](ok_atom) { ack(); }, [self](caf::error& err) { fail(self, std::move(err)); });
-  for (const auto& cache : s.peers.caches)
-    self->request(cache, caf::infinite, map_atom::value, table)
-        .then([ack](ok_atom) { ack(); }, [self](caf::error& err) { fail(self, std::move(err)); });
+  recommit_and_fail(self, [](const partition_map& same, const coordinator_state::scaling_job& job) {
+    return job.what +
+           "copying partitions failed (the drain is abandoned; the shards stay where they were "
+           "and keep training at map epoch " +
+           std::to_string(same.epoch()) + "): " + job.copy_failure;
+  });
 }
 
 }  // namespace strata::actors::coordinator_impl

@@ -137,6 +137,13 @@ caf::typed_response_promise<scale_result> start_drain(
     coordinator_pointer self, const std::vector<uint32_t>& indices,
     const std::vector<std::string>& destinations);
 void abandon_drain(coordinator_pointer self);
+// Abandons the running scale or drain: commits the current map again at a
+// new epoch to every shard and cache tier (every source forgets its
+// migration), then fails the request with why(map, job) and resumes a cut
+// waiting for it.
+void recommit_and_fail(
+    coordinator_pointer self,
+    std::function<std::string(const partition_map&, const coordinator_state::scaling_job&)> why);
 
 caf::typed_response_promise<scale_result> start_scale(coordinator_pointer self, uint32_t target,
                                                       const std::vector<std::string>& placement = {});

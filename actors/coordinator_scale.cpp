@@ -161,21 +161,30 @@ void abandon_scale(coordinator_pointer self) {
   job.committing = true;  // no fence for this one
   const uint32_t current = static_cast<uint32_t>(s.peers.shards.size());
   retire_new_shards(self, job.shards, current, static_cast<uint32_t>(job.shards.size()));
-  const partition_map same(s.plan.map.epoch() + 1, s.plan.map.owners(), current);
+  recommit_and_fail(self, [self](const partition_map& same, const coordinator_state::scaling_job& job) {
+    return "cannot scale cluster '" + self->state.plan.cluster + "' to " +
+           std::to_string(job.next.shards()) +
+           " shards: copying partitions failed (the scale is abandoned; " +
+           std::to_string(same.shards()) + " shards keep training at map epoch " +
+           std::to_string(same.epoch()) + "): " + job.copy_failure;
+  });
+}
+
+void recommit_and_fail(
+    coordinator_pointer self,
+    std::function<std::string(const partition_map&, const coordinator_state::scaling_job&)> why) {
+  auto& s = self->state;
+  const partition_map same(s.plan.map.epoch() + 1, s.plan.map.owners(),
+                           static_cast<uint32_t>(s.peers.shards.size()));
   const routing_table table = routing_of(same, s.peers.shards);
   auto acks = std::make_shared<size_t>(s.peers.shards.size() + s.peers.caches.size());
-  auto done = [self, same] {
+  auto done = [self, same, why] {
     auto& s = self->state;
     if (!s.scaling) return;
     s.plan.map = same;
     auto job = std::move(*s.scaling);
     s.scaling.reset();
-    job.promise.deliver(caf::make_error(
-        caf::sec::runtime_error,
-        "cannot scale cluster '" + s.plan.cluster + "' to " + std::to_string(job.next.shards()) +
-            " shards: copying partitions failed (the scale is abandoned; " +
-            std::to_string(same.shards()) + " shards keep training at map epoch " +
-            std::to_string(same.epoch()) + "): " + job.copy_failure));
+    job.promise.deliver(caf::make_error(caf::sec::runtime_error, why(same, job)));
     if (job.resume) job.resume();
   };
   auto ack = [self, acks, done] {
