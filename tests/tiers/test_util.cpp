@@ -6,7 +6,9 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <mutex>
 #include <random>
+#include <unordered_set>
 
 namespace strata::testing {
 
@@ -61,13 +63,21 @@ uint16_t free_port() {
   // Below the kernel's ephemeral range (32768-60999 by default): a port
   // handed out by bind(0) is in that range, and an outgoing connection of
   // a test running beside this one may take it before the process the
-  // port is for binds it. Here only another test's free_port can collide,
-  // and the random start makes that unlikely.
-  static std::atomic<uint32_t> calls{0};
+  // port is for binds it. A port is only probed here, not held, so a
+  // process remembers what it handed out and never hands a port out twice
+  // (a manifest of five nodes once got one port for two of them: a probe
+  // cannot see a port that its own caller has not bound yet). Another
+  // test process's free_port can still collide; the random start makes
+  // that unlikely.
+  static std::mutex mutex;
+  static std::unordered_set<uint16_t> handed_out;
+  static uint32_t calls = 0;
+  std::lock_guard lock(mutex);
   std::mt19937 rng(static_cast<uint32_t>(::getpid()) * 2654435761u + calls++);
   constexpr uint16_t low = 20000, span = 12000;
-  for (int attempt = 0; attempt < 200; ++attempt) {
+  for (int attempt = 0; attempt < 1000; ++attempt) {
     const auto port = static_cast<uint16_t>(low + rng() % span);
+    if (handed_out.contains(port)) continue;
     const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
@@ -75,7 +85,10 @@ uint16_t free_port() {
     addr.sin_port = htons(port);
     const bool free = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
     ::close(fd);
-    if (free) return port;
+    if (free) {
+      handed_out.insert(port);
+      return port;
+    }
   }
   return 0;  // the caller's bind then fails, naming the port
 }
