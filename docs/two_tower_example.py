@@ -9,8 +9,9 @@ The user tower pools the features user_id and user_segment, the item tower
 item_id and item_category, each feature a bag of keys (sum pooling) looked up
 through strata_torch.StrataEmbeddingBagCollection; each tower is an MLP over
 its features' pooled rows, and the score is the dot product of the two
-towers' outputs. Clicks are planted: a user clicks an item of its segment's
-favourite category with probability 0.9, any other with 0.1.
+towers' outputs. Clicks are planted: each user segment likes half of the
+item categories; a user clicks an item it likes with probability 0.9, any
+other with 0.1.
 
 The embedding rows train in strata (backward pushes their gradients to the
 gateway, whose shards apply the table's optimizer); the towers' layers train
@@ -43,12 +44,13 @@ def planted_data(seed, users=500, items=300, segments=8):
     rng = np.random.default_rng(seed)
     user_segment = rng.integers(0, segments, users)
     item_category = rng.integers(0, segments, items)
-    favourite = rng.permutation(segments)  # segment s likes category favourite[s]
+    # Each segment likes half of the categories (a random half).
+    likes = rng.permuted(np.tile(np.arange(segments) < segments // 2, (segments, 1)), axis=1)
 
     def batch(size):
         u = rng.integers(0, users, size)
         i = rng.integers(0, items, size)
-        liked = item_category[i] == favourite[user_segment[u]]
+        liked = likes[user_segment[u], item_category[i]]
         labels = (rng.random(size) < np.where(liked, 0.9, 0.1)).astype(np.float32)
         values = {"user_id": u, "user_segment": user_segment[u], "item_id": i,
                   "item_category": item_category[i]}

@@ -287,9 +287,9 @@ class StrataEmbeddingBagCollection(nn.Module):
         return out
 
     # ------------------------------------------------------------------ pushes
-    def _push_now(self, client, table, keys, grads):
+    def _push_now(self, background, table, keys, grads):
         try:
-            client.push(table, keys, grads)
+            (self._thread_client() if background else self._client).push(table, keys, grads)
         except Exception as e:  # noqa: BLE001
             raise StrataTorchError("strata_torch: push to table %r (%d keys) failed: %s" %
                                    (table, len(keys), e)) from e
@@ -299,12 +299,11 @@ class StrataEmbeddingBagCollection(nn.Module):
         self.stats["pushes"] += 1
         self.stats["pushed_keys"] += len(keys)
         if self._pusher is None:
-            self._push_now(self._client, table, keys, grads)
+            self._push_now(False, table, keys, grads)
             return
         while len(self._in_flight) >= self.max_in_flight:
             self._settle(self._in_flight.pop(0))
-        self._in_flight.append(self._pusher.submit(
-            lambda: self._push_now(self._thread_client(), table, keys, grads)))
+        self._in_flight.append(self._pusher.submit(self._push_now, True, table, keys, grads))
 
     def flush(self):
         """Waits until every push so far is applied; raises the first that failed."""
