@@ -185,6 +185,13 @@ struct tier_stats {
   uint64_t write_behind_rows = 0;  // shard: rows held until LMDB confirms them
   uint64_t mailbox_depth = 0;      // messages waiting in this actor's mailbox
   std::vector<latency_snapshot> latencies;
+  // shard only (counters): key positions in pulls, those a pull had to
+  // read from LMDB while it waited (no tier above held the row: nothing
+  // had brought it up), and rows prefetches read from LMDB ahead of use
+  // (docs/metrics.md, strata_shard_lookup_ssd_wait_rows_total).
+  uint64_t lookup_rows = 0;
+  uint64_t lookup_ssd_wait_rows = 0;
+  uint64_t prefetch_ssd_rows = 0;
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, tier_stats& x) {
@@ -194,7 +201,8 @@ typename Inspector::result_type inspect(Inspector& f, tier_stats& x) {
            x.ttl_expirations, x.pushes, x.push_rows, x.duplicate_pushes, x.push_id_evictions,
            x.pulls, x.lmdb_waits,
            x.chain_hits, x.initialized, x.rows, x.bytes, x.capacity_rows, x.capacity_bytes,
-           x.lmdb_rows, x.flushes_in_flight, x.write_behind_rows, x.mailbox_depth, x.latencies);
+           x.lmdb_rows, x.flushes_in_flight, x.write_behind_rows, x.mailbox_depth, x.latencies,
+           x.lookup_rows, x.lookup_ssd_wait_rows, x.prefetch_ssd_rows);
 }
 
 // What an actor without tiers (worker, dense, coordinator) reports to the

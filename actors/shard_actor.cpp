@@ -20,9 +20,12 @@ caf::error pull_local(shard_pointer self, const std::vector<uint64_t>& keys, pul
   reply.rows.keys = keys;
   reply.rows.records.resize(keys.size() * layout.record_bytes());
   const uint64_t reads_before = st.read_timer->reads();
+  const uint64_t rows_before = st.read_timer->rows();
   auto s = st.chain->lookup(keys, rows_of(reply.rows, layout), &reply.admitted);
   if (!s) return to_caf(s.err());
   ++st.metrics.pulls;
+  st.metrics.lookup_rows += keys.size();
+  st.metrics.lookup_ssd_wait_rows += st.read_timer->rows() - rows_before;
   if (st.read_timer->reads() != reads_before) ++st.metrics.lmdb_waits;
   maybe_flush(self);
   st.metrics.pull.observe(st.config.clock->now_seconds() - start);
@@ -260,7 +263,9 @@ shard_actor::behavior_type shard_behavior(shard_pointer self, shard_config confi
         auto& scratch = self->state.probe;
         scratch.clear();
         for (uint64_t k : keys) scratch.append(k);
+        const uint64_t rows_before = self->state.read_timer->rows();
         auto s = self->state.chain->lookup(keys, scratch.rows(), nullptr);
+        self->state.metrics.prefetch_ssd_rows += self->state.read_timer->rows() - rows_before;
         if (!s) caf::aout(self) << "strata: prefetch failed: " << s.err().to_string() << "\n";
         maybe_flush(self);
       },
@@ -551,6 +556,9 @@ shard_actor::behavior_type shard_behavior(shard_pointer self, shard_config confi
         out.prefetch_rows = m.prefetch_rows;
         out.pulls = m.pulls;
         out.lmdb_waits = m.lmdb_waits;
+        out.lookup_rows = m.lookup_rows;
+        out.lookup_ssd_wait_rows = m.lookup_ssd_wait_rows;
+        out.prefetch_ssd_rows = m.prefetch_ssd_rows;
         out.admission_rejections = cs.not_admitted + cs.dropped_pushes;
         out.ttl_expirations = dram.stats().expired;
         out.pushes = m.pushes;

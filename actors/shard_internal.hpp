@@ -33,14 +33,18 @@ class lmdb_read_timer final : public tier_observer {
     ++reads_;
     start_ = clock_->now_seconds();
   }
-  void after_lookup(size_t tier, size_t) override {
-    if (tier == lmdb_tier_index) histogram_->observe(clock_->now_seconds() - start_);
+  void after_lookup(size_t tier, size_t keys) override {
+    if (tier != lmdb_tier_index) return;
+    histogram_->observe(clock_->now_seconds() - start_);
+    rows_ += keys;
   }
   static constexpr size_t lmdb_tier_index = 2;
   uint64_t reads() const { return reads_; }
+  uint64_t rows() const { return rows_; }
 
  private:
   uint64_t reads_ = 0;  // LMDB tier lookups (one read transaction each)
+  uint64_t rows_ = 0;   // keys they asked LMDB for
   const clock_source* clock_;
   latency_histogram* histogram_;
   double start_ = 0;
@@ -55,6 +59,9 @@ struct shard_metrics {
   // Pull requests served here, and those whose reply waited on an LMDB read
   // (the chain read LMDB for at least one key: nothing had brought it up).
   uint64_t pulls = 0, lmdb_waits = 0;
+  // Key positions in pulls, those read from LMDB while their pull waited,
+  // and rows prefetches read from LMDB ahead of use (nobody waiting).
+  uint64_t lookup_rows = 0, lookup_ssd_wait_rows = 0, prefetch_ssd_rows = 0;
   // DRAM hits of parked pulls on rows their read installed (counted at the
   // install already; the stats leave them out).
   uint64_t installed_rows_served = 0;

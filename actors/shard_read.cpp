@@ -205,6 +205,7 @@ caf::result<pull_reply> pull_async(shard_pointer self, const std::vector<uint64_
   p.reply.rows.records.resize(keys.size() * st.config.table.layout.record_bytes());
   p.reply.admitted.assign(keys.size(), 1);
   ++st.metrics.pulls;
+  st.metrics.lookup_rows += keys.size();
   if (st.cold_at.empty()) {
     // Every row is above LMDB: answered now.
     auto s =
@@ -215,6 +216,7 @@ caf::result<pull_reply> pull_async(shard_pointer self, const std::vector<uint64_
     return std::move(p.reply);
   }
   ++st.metrics.lmdb_waits;
+  st.metrics.lookup_ssd_wait_rows += st.cold_at.size();
   p.cold = st.cold_at;
   p.cold_keys = pick(keys, p.cold);
   if (!st.warm_at.empty()) {
@@ -237,7 +239,9 @@ void prefetch_async(shard_pointer self, const std::vector<uint64_t>& keys) {
     caf::aout(self) << "strata: prefetch failed: " << s.err().to_string() << "\n";
     return;
   }
-  if (!st.cold_at.empty()) read_cold(self, pick(keys, st.cold_at));
+  if (st.cold_at.empty()) return;
+  st.metrics.prefetch_ssd_rows += st.cold_at.size();
+  read_cold(self, pick(keys, st.cold_at));
 }
 
 void settle_parked(shard_pointer self, std::span<const uint64_t> keys) {

@@ -173,6 +173,17 @@ void add_shard(family_set& out, const labels& owner, const actors::tier_stats& t
   out.counter("strata_shard_lmdb_waits_total",
               "Pull requests whose reply waited on an LMDB read (no tier above held a key).",
               owner, d(t.lmdb_waits));
+  out.counter("strata_shard_lookup_rows_total",
+              "Key positions in pull requests (cache fills for lookups and prefetches, serving "
+              "lookups).",
+              owner, d(t.lookup_rows));
+  out.counter("strata_shard_lookup_ssd_wait_rows_total",
+              "Key positions of pulls read from LMDB while the pull waited (no tier above held "
+              "the row).",
+              owner, d(t.lookup_ssd_wait_rows));
+  out.counter("strata_shard_prefetch_ssd_rows_total",
+              "Rows shard prefetches read from LMDB ahead of use (nobody waiting).", owner,
+              d(t.prefetch_ssd_rows));
   out.counter("strata_shard_write_back_rows_total",
               "Whole rows received from cache tiers (pass end, eviction).", owner,
               d(t.write_back_rows));
@@ -346,6 +357,9 @@ actors::tier_stats monotonic_merge(const actors::tier_stats& earlier,
   keep(m.push_id_evictions, earlier.push_id_evictions);
   keep(m.pulls, earlier.pulls);
   keep(m.lmdb_waits, earlier.lmdb_waits);
+  keep(m.lookup_rows, earlier.lookup_rows);
+  keep(m.lookup_ssd_wait_rows, earlier.lookup_ssd_wait_rows);
+  keep(m.prefetch_ssd_rows, earlier.prefetch_ssd_rows);
   keep(m.initialized, earlier.initialized);
   if (m.chain_hits.size() < earlier.chain_hits.size())
     m.chain_hits.resize(earlier.chain_hits.size());
