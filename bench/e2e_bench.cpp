@@ -8,6 +8,7 @@
 
 #include "actors/local_cluster.hpp"
 #include "bench/alloc_count.hpp"
+#include "bench/torch_gateway_bench.hpp"
 #include "bench/training_data.hpp"
 #include "model/datagen.hpp"
 
@@ -41,15 +42,17 @@ void use_data(actors::cluster_config& config, const std::filesystem::path& data,
 
 struct hit_rates {
   double cache = 0, dram = 0, ssd = 0;
-  double ssd_wait = 0;  // share of shard pulls whose reply waited on an LMDB read
+  // Share of the key positions of shard pulls read from LMDB while the
+  // pull waited (strata_shard_lookup_ssd_wait_rows_total / _lookup_rows_total).
+  double ssd_wait = 0;
 };
 
 hit_rates rates(const actors::training_report& r) {
   uint64_t cache_hits = 0, cache_total = 0, dram = 0, ssd = 0, shard_total = 0;
   uint64_t pulls = 0, waits = 0;
   for (const auto& t : r.tiers) {
-    pulls += t.pulls;
-    waits += t.lmdb_waits;
+    pulls += t.lookup_rows;
+    waits += t.lookup_ssd_wait_rows;
     if (t.chain_hits.empty()) {
       cache_hits += t.hits;
       cache_total += t.hits + t.misses;
@@ -251,7 +254,14 @@ void run_e2e_bench(const e2e_bench_options& o, bench_report& report) {
     report.add({row("cache_hit_rate"), rt.cache, "fraction", "strata_all_dram", rd.cache});
     report.add({row("dram_hit_rate"), rt.dram, "fraction", "strata_all_dram", rd.dram});
     report.add({row("ssd_hit_rate"), rt.ssd, "fraction", "strata_all_dram", rd.ssd});
-    report.add({row("ssd_wait_rate"), rt.ssd_wait, "fraction", "none", 0});
+    // The same tiers without read-ahead (prefetch_depth 0): how much of
+    // the waiting prefetch hides.
+    actors::cluster_config no_prefetch = c.base;
+    for (auto& w : no_prefetch.workers) w.prefetch_depth = 0;
+    std::filesystem::remove_all(tiered_dir);
+    use_data(no_prefetch, data, o, tiered_dir);
+    const auto np = rates(train("strata " + label + " (tiers, prefetch_depth 0)", no_prefetch));
+    report.add({row("ssd_wait_rate"), rt.ssd_wait, "fraction", "prefetch_depth_0", np.ssd_wait});
 
     if (o.allocs_per_batch && &c == &o.configs.front()) {
       // Steady state: the same run on half the rows, subtracted, leaves the
@@ -273,6 +283,7 @@ void run_e2e_bench(const e2e_bench_options& o, bench_report& report) {
       report.add({row("allocs_per_batch"), per_batch, "allocations", "none", 0});
     }
   }
+  run_torch_gateway_bench(o, data, report);
 }
 
 }  // namespace strata::bench
