@@ -25,6 +25,15 @@ zlib.crc32(value bytes, seeded with a per-slot crc) mod 2^22, so distinct
 features can share a row (about one key in five at 1M distinct keys), which strata's
 64-bit keys avoid.
 
+With --strata HOST:PORT the table lives in strata instead: a training
+gateway's table (`--table`, rows of dim+1 floats, its own optimizer: the
+bench's manifest sets Adagrad lr 0.01, initial accumulator 0.1, rows
+N(0, 0.01^2)) through strata_torch.StrataEmbeddingBagCollection (PYTHONPATH
+holds build/python), one feature whose bags are the (example, slot) pairs,
+empty for a missing value; --no-prefetch and --max-staleness 0 turn the
+overlap off (one lookup and one push per batch, nothing overlapped).
+The row `e2e_torch_gateway_examples_per_s` of `strata bench e2e`.
+
 examples_per_s counts the training loop only (forward, backward, optimizer
 steps on pre-built tensors); parsing and hashing (parse_s) are excluded.
 Run with Debian's /usr/bin/python3 and python3-torch.
@@ -91,11 +100,14 @@ def read_rows(path, first, count, seeds):
 
 
 class CtrModel(nn.Module):
-    def __init__(self, dim, hidden):
+    def __init__(self, dim, hidden, table=None):
         super().__init__()
         self.dim = dim
-        self.table = nn.EmbeddingBag(TABLE_ROWS, dim + 1, mode="sum", sparse=True)
-        nn.init.normal_(self.table.weight, 0.0, 0.01)
+        if table is None:
+            self.table = nn.EmbeddingBag(TABLE_ROWS, dim + 1, mode="sum", sparse=True)
+            nn.init.normal_(self.table.weight, 0.0, 0.01)
+        else:  # a StrataEmbeddingBagCollection of the one feature "slots"
+            self.strata = table
         layers, width = [], SLOTS * dim
         for h in hidden:
             layers += [nn.Linear(width, h), nn.ReLU()]
@@ -103,8 +115,12 @@ class CtrModel(nn.Module):
         layers.append(nn.Linear(width, 1))
         self.mlp = nn.Sequential(*layers)
 
-    def forward(self, keys, present):
+    def forward(self, keys, present, features=None):
         b = keys.shape[0]
+        if features is not None:  # strata: the bags of prefetch()'s features
+            rows = self.strata(features)["slots"].reshape(b, SLOTS, self.dim + 1)
+            linear = rows[:, :, 0].sum(dim=1)
+            return self.mlp(rows[:, :, 1:].reshape(b, SLOTS * self.dim)).squeeze(1) + linear
         # One bag per (example, slot): a 2-D input of bag size 1, weighted by
         # presence so that a missing value contributes nothing.
         rows = self.table(keys.reshape(-1, 1), per_sample_weights=present.reshape(-1, 1))
@@ -139,6 +155,40 @@ def logloss(predictions, labels):
     return total / max(len(labels), 1)
 
 
+def strata_features(keys, present):
+    """The batch as strata_torch features: one bag per (example, slot), empty
+    where the value is missing (what weight 0 does in the EmbeddingBag)."""
+    mask = present.reshape(-1) > 0
+    values = keys.reshape(-1)[mask]
+    counts = mask.to(torch.int64)
+    offsets = torch.cumsum(counts, 0) - counts
+    return {"slots": (values, offsets)}
+
+
+def train_in_strata(args, model, keys, present, labels, ebc):
+    """The same loop with the table in strata: rows prefetched one batch
+    ahead, gradients pushed by backward(); returns the seconds it took,
+    every push applied (close())."""
+    dense_opt = torch.optim.Adam(model.mlp.parameters(), lr=args.dense_lr)
+    loss_fn = nn.BCEWithLogitsLoss()
+    n = labels.shape[0]
+
+    def batches():
+        for first in range(0, n, args.batch):
+            last = min(first + args.batch, n)
+            yield first, last, strata_features(keys[first:last], present[first:last])
+
+    start = time.perf_counter()
+    for first, last, features in ebc.prefetched(batches(), features_of=lambda b: b[2]):
+        dense_opt.zero_grad()
+        loss = loss_fn(model(keys[first:last], present[first:last], features),
+                       labels[first:last])
+        loss.backward()  # pushes the rows' gradients
+        dense_opt.step()
+    ebc.flush()
+    return time.perf_counter() - start
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data", required=True)
@@ -152,6 +202,14 @@ def main():
     parser.add_argument("--initial-accumulator", type=float, default=0.1)
     parser.add_argument("--dense-lr", type=float, default=0.001, help="Adam, MLP")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--strata", metavar="HOST:PORT",
+                        help="the table in strata: a training gateway (async mode)")
+    parser.add_argument("--table", default="ctr", help="with --strata: its table")
+    parser.add_argument("--no-prefetch", action="store_true",
+                        help="with --strata: look each batch up when it runs")
+    parser.add_argument("--max-staleness", type=int, default=2,
+                        help="with --strata: batches of gradients a lookup may miss (0: "
+                        "every push applied before the next lookup)")
     args = parser.parse_args()
 
     torch.manual_seed(args.seed)
@@ -163,6 +221,29 @@ def main():
     labels, keys, present, bad = read_rows(args.data, 0, args.rows, seeds)
     h_labels, h_keys, h_present, h_bad = read_rows(args.data, args.rows, args.heldout_rows, seeds)
     parse_s = time.perf_counter() - start
+
+    if args.strata:
+        import strata_torch
+
+        ebc = strata_torch.StrataEmbeddingBagCollection(
+            [args.strata], {"slots": args.table}, mode="sum", push=True,
+            prefetch=not args.no_prefetch, max_staleness=args.max_staleness)
+        model = CtrModel(args.dim, hidden, ebc)
+        n = labels.shape[0]
+        train_s = train_in_strata(args, model, keys, present, labels, ebc)
+        predictions = []
+        with torch.no_grad():  # no pushes
+            for first in range(0, h_labels.shape[0], 4096):
+                last = min(first + 4096, h_labels.shape[0])
+                features = strata_features(h_keys[first:last], h_present[first:last])
+                logits = model(h_keys[first:last], h_present[first:last], features)
+                predictions += torch.sigmoid(logits).tolist()
+        stats = ebc.stats
+        ebc.close()
+        print(json.dumps(report(args, n, train_s, parse_s, predictions, h_labels.tolist(),
+                                bad + h_bad, strata=args.strata, prefetch=not args.no_prefetch,
+                                max_staleness=args.max_staleness, stats=stats)))
+        return 0
 
     model = CtrModel(args.dim, hidden)
     sparse_opt = torch.optim.Adagrad([model.table.weight], lr=args.lr,
@@ -188,22 +269,27 @@ def main():
             last = min(first + 4096, h_labels.shape[0])
             logits = model(h_keys[first:last], h_present[first:last])
             predictions += torch.sigmoid(logits).tolist()
-    h = h_labels.tolist()
+    print(json.dumps(report(args, n, train_s, parse_s, predictions, h_labels.tolist(),
+                            bad + h_bad)))
+    return 0
+
+
+def report(args, n, train_s, parse_s, predictions, h, bad, **more):
     result = {
         "examples_per_s": n / train_s if train_s > 0 else 0.0,
         "heldout_auc": auc(predictions, h) if h else None,
         "heldout_logloss": logloss(predictions, h) if h else None,
         "train_rows": n,
         "heldout_rows": len(h),
-        "bad_lines": bad + h_bad,
+        "bad_lines": bad,
         "train_s": train_s,
         "parse_s": parse_s,
         "batch": args.batch,
         "threads": args.threads,
         "torch": torch.__version__,
     }
-    print(json.dumps(result))
-    return 0
+    result.update(more)
+    return result
 
 
 if __name__ == "__main__":
