@@ -53,6 +53,46 @@ struct pending_fill {
   }
 };
 
+// Vectors that messages brought in, kept for the messages this tier sends
+// (CAF 0.17 messages own their vectors: a vector moved into a request is
+// gone, one received can be kept). Bounded; take() hands out an empty one
+// with its capacity, or a new one when the pool is dry.
+template <class T>
+class vector_pool {
+ public:
+  std::vector<T> take() {
+    if (free_.empty()) return {};
+    auto v = std::move(free_.back());
+    free_.pop_back();
+    v.clear();
+    return v;
+  }
+  void give(std::vector<T>&& v) {
+    if (v.capacity() == 0 || free_.size() >= limit) return;
+    free_.push_back(std::move(v));
+    v = {};
+  }
+  // Gives `v` a pooled buffer if it has none (it was moved into a message).
+  void refill(std::vector<T>& v) {
+    if (v.capacity() == 0) v = take();
+  }
+
+ private:
+  static constexpr size_t limit = 32;
+  std::vector<std::vector<T>> free_;
+};
+
+// An async-mode push forwarded to the owning shards, waiting for their
+// replies. Reused (cache_state::pushes) like the fills.
+struct pending_push {
+  std::vector<uint64_t> keys;
+  push_ack ack;
+  size_t outstanding = 0;
+  bool failed = false;
+  double started = 0;
+  caf::typed_response_promise<push_ack> promise;
+};
+
 struct cache_state {
   cache_config config;
   training_mode mode = training_mode::async;
@@ -76,6 +116,10 @@ struct cache_state {
   uint64_t clock = 0;  // lookups served (async staleness)
   // Fills in use or free (use_count 1: only this list holds it).
   std::vector<std::shared_ptr<pending_fill>> fills;
+  std::vector<std::shared_ptr<pending_push>> pushes;  // the same for pushes
+  vector_pool<uint64_t> keys_pool;
+  vector_pool<uint8_t> bytes_pool;
+  vector_pool<float> floats_pool;
   // Scratch of one handler run (insert, push replies).
   std::vector<uint64_t> ev_keys;
   std::vector<std::byte> ev_rows;
@@ -156,6 +200,8 @@ void fill_rows(cache_pointer self, std::shared_ptr<pending_fill> fill, bool coun
 // --- pushes (cache_push.cpp) ---------------------------------------------------
 
 void apply_in_cache(cache_pointer self, const push_request& req, push_done done, push_failed fail);
-void push_to_shards(cache_pointer self, const push_request& req, push_done done, push_failed fail);
+// Async mode: answers `promise` once every shard has applied its part.
+void push_to_shards(cache_pointer self, push_request& req,
+                    caf::typed_response_promise<push_ack> promise, double started);
 
 }  // namespace strata::actors::cache_detail

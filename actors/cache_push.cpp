@@ -150,29 +150,46 @@ void apply_in_cache(cache_pointer self, const push_request& req, push_done done,
   fill_rows(self, fill, false);
 }
 
+// Answers a forwarded push; its entry goes back to st.pushes, not holding
+// the actor (the promise).
+void finish_push(cache_pointer self, pending_push& p) {
+  self->state.push_latency.observe(self->state.now() - p.started);
+  p.promise.deliver(std::move(p.ack));
+  p.promise = {};
+}
+
 // The owning shards apply the gradients and return the updated rows, which
-// refresh this cache's copies; `done` gets the per-position versions.
-void push_to_shards(cache_pointer self, const push_request& req, push_done done, push_failed fail) {
+// refresh this cache's copies; the promise gets the per-position versions.
+// The vectors of the parts sent come from the tier's pools, which the
+// request and the shards' replies refill.
+void push_to_shards(cache_pointer self, push_request& req,
+                    caf::typed_response_promise<push_ack> promise, double started) {
   auto& st = self->state;
   const uint32_t dim = st.config.table.layout.dim;
   const auto& groups = group_keys(st.map, req.keys, st.push_groups);
-  struct pending_push {
-    std::vector<uint64_t> keys;
-    push_ack ack;
-    size_t outstanding = 0;
-    bool failed = false;
-    std::function<void(push_ack)> done;
-    std::function<void(caf::error&)> fail;
-  };
-  auto p = std::make_shared<pending_push>();
-  p->keys = req.keys;
+  std::shared_ptr<pending_push> p;
+  for (auto& q : st.pushes)
+    if (q.use_count() == 1) {
+      p = q;
+      break;
+    }
+  if (!p) {
+    p = std::make_shared<pending_push>();
+    // Bounded: pushes beyond the list are used once.
+    if (st.pushes.size() < 16) st.pushes.push_back(p);
+  }
+  p->outstanding = 0;
+  p->failed = false;
+  p->started = started;
+  p->promise = std::move(promise);
+  st.keys_pool.refill(p->ack.versions);
   p->ack.versions.assign(req.keys.size(), 0);
-  p->done = std::move(done);
-  p->fail = std::move(fail);
   for (uint32_t s = 0; s < groups.size(); ++s) {
     if (groups[s].empty()) continue;
     push_request part;
     part.epoch = req.epoch;
+    part.keys = st.keys_pool.take();
+    part.grads = st.floats_pool.take();
     part.keys.reserve(groups[s].size());
     part.grads.reserve(groups[s].size() * dim);
     for (uint32_t i : groups[s]) {
@@ -193,14 +210,22 @@ void push_to_shards(cache_pointer self, const push_request& req, push_done done,
               for (size_t i = 0; i < p->keys.size(); ++i)
                 if (const uint64_t* v = version.find(p->keys[i])) p->ack.versions[i] = *v;
               if (st.mode == training_mode::async) insert(self, reply.rows.keys, in, false);
-              if (--p->outstanding == 0 && !p->failed) p->done(std::move(p->ack));
+              st.keys_pool.give(std::move(reply.rows.keys));
+              st.bytes_pool.give(std::move(reply.rows.records));
+              if (--p->outstanding == 0 && !p->failed) finish_push(self, *p);
             },
             [p](caf::error& err) {
-              if (!p->failed) p->fail(err);
+              if (!p->failed) p->promise.deliver(err);
               p->failed = true;
+              p->promise = {};
             });
   }
-  if (p->outstanding == 0) p->done(std::move(p->ack));
+  // The request's vectors: its keys stay for the replies, its gradients
+  // go to the pool for the next parts.
+  st.keys_pool.give(std::move(p->keys));
+  p->keys = std::move(req.keys);
+  st.floats_pool.give(std::move(req.grads));
+  if (p->outstanding == 0) finish_push(self, *p);
 }
 
 }  // namespace strata::actors::cache_detail

@@ -187,6 +187,7 @@ void finish_fill(cache_pointer self, const std::shared_ptr<pending_fill>& fill) 
 void fill_rows(cache_pointer self, std::shared_ptr<pending_fill> fill, bool count_stats) {
   auto& st = self->state;
   const auto& keys = fill->keys;
+  st.bytes_pool.refill(fill->rows.records);  // the last reply took its buffer
   fill->rows.records.resize(keys.size() * st.record_bytes);
   auto* out = reinterpret_cast<std::byte*>(fill->rows.records.data());
   auto& misses = fill->misses;
@@ -247,7 +248,7 @@ void fill_rows(cache_pointer self, std::shared_ptr<pending_fill> fill, bool coun
   const auto& groups = group_keys(st.map, wanted, st.fill_groups);
   for (uint32_t s = 0; s < groups.size(); ++s) {
     if (groups[s].empty()) continue;
-    std::vector<uint64_t> part;
+    std::vector<uint64_t> part = st.keys_pool.take();
     part.reserve(groups[s].size());
     for (uint32_t i : groups[s]) part.push_back(wanted[i]);
     ++fill->outstanding;
@@ -305,6 +306,9 @@ void fill_rows(cache_pointer self, std::shared_ptr<pending_fill> fill, bool coun
                 }
               }
               insert(self, admitted_keys, admitted_rows.data(), false);
+              st.keys_pool.give(std::move(reply.rows.keys));
+              st.bytes_pool.give(std::move(reply.rows.records));
+              st.bytes_pool.give(std::move(reply.admitted));
               --fill->outstanding;
               finish_fill(self, fill);
             },
@@ -365,6 +369,7 @@ cache_tier_actor::behavior_type cache_behavior(cache_pointer self, cache_config 
         st.stats.lookups += keys.size();
         auto fill = acquire_fill(st);
         fill->started = st.now();
+        st.keys_pool.give(std::move(fill->keys));
         fill->keys = std::move(keys);
         fill->promise = self->make_response_promise<lookup_reply>();
         fill->reply = true;
@@ -377,6 +382,7 @@ cache_tier_actor::behavior_type cache_behavior(cache_pointer self, cache_config 
         ++st.stats.prefetch_requests;
         st.stats.prefetch_rows += keys.size();
         auto fill = acquire_fill(st);
+        st.keys_pool.give(std::move(fill->keys));
         fill->keys = std::move(keys);
         fill_rows(self, fill, false);
       },
@@ -389,16 +395,17 @@ cache_tier_actor::behavior_type cache_behavior(cache_pointer self, cache_config 
         st.stats.push_rows += req.keys.size();
         auto promise = self->make_response_promise<push_ack>();
         const double started = st.now();
+        if (st.mode == training_mode::async) {
+          push_to_shards(self, req, promise, started);
+          return promise;
+        }
         // Times the push from arrival to acknowledgement.
         push_done done = [self, promise, started](push_ack ack) mutable {
           self->state.push_latency.observe(self->state.now() - started);
           promise.deliver(std::move(ack));
         };
         push_failed fail = [promise](caf::error& err) mutable { promise.deliver(err); };
-        if (st.mode == training_mode::pass)
-          apply_in_cache(self, req, std::move(done), std::move(fail));
-        else
-          push_to_shards(self, req, std::move(done), std::move(fail));
+        apply_in_cache(self, req, std::move(done), std::move(fail));
         return promise;
       },
       [](pass_start_atom, uint64_t) -> ok_atom { return ok_atom::value; },

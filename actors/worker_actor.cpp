@@ -1,9 +1,10 @@
 #include "actors/worker_actor.hpp"
 
+#include <algorithm>
 #include <caf/all.hpp>
-#include <deque>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "common/flat_map.hpp"
 #include "common/hash.hpp"
@@ -88,6 +89,37 @@ struct pending_batch {
   std::vector<std::vector<std::pair<uint32_t, uint32_t>>> route_members;
 };
 
+// The batches read ahead, oldest first, in slots that are reused: a slot
+// keeps its vectors' capacity from one batch to the next, and the ring
+// grows only while the pipeline fills (prefetch_depth + 1 slots).
+class batch_ring {
+ public:
+  bool empty() const { return n_ == 0; }
+  size_t size() const { return n_; }
+  pending_batch& front() { return slots_[first_]; }
+  pending_batch& back() { return slots_[(first_ + n_ - 1) % slots_.size()]; }
+  // A slot at the back, holding whatever the batch it last carried left.
+  pending_batch& push_back() {
+    if (n_ == slots_.size()) {
+      std::rotate(slots_.begin(), slots_.begin() + static_cast<std::ptrdiff_t>(first_),
+                  slots_.end());
+      first_ = 0;
+      slots_.emplace_back();
+    }
+    ++n_;
+    return back();
+  }
+  void pop_front() {
+    first_ = (first_ + 1) % slots_.size();
+    --n_;
+  }
+
+ private:
+  std::vector<pending_batch> slots_;
+  size_t first_ = 0;
+  size_t n_ = 0;
+};
+
 struct worker_state {
   static inline const char* name = "strata.worker";
 
@@ -99,10 +131,13 @@ struct worker_state {
   coordinator_actor report_to;
 
   // The pipeline.
-  std::deque<pending_batch> ahead;  // read and prefetched, not yet trained
-  // Trained batches whose vectors are reused by the next one read (their
-  // capacity stays: no allocation per batch once the pipeline is full).
-  std::vector<pending_batch> spare;
+  batch_ring ahead;  // read and prefetched, not yet trained
+  // Key vectors for outgoing messages (prefetches, pushes): the push
+  // acknowledgements' version vectors, which arrive one per push, refill it.
+  std::vector<std::vector<uint64_t>> key_pool;
+  // Acknowledgements missing per batch in flight (its sequence number).
+  flat_map<uint32_t> acks_missing;
+  uint64_t pushed_batches = 0;
   flat_map<uint32_t> route_index;  // make_pending's scratch: key -> index in its route
   std::vector<uint8_t> seen;       // train_head's scratch: first copy of a key summed
   bool data_end = false;
@@ -140,12 +175,21 @@ void fail(worker_pointer self, caf::error err) {
   }
 }
 
-pending_batch make_pending(worker_state& st, model::batch batch) {
-  pending_batch p;
-  if (!st.spare.empty()) {
-    p = std::move(st.spare.back());
-    st.spare.pop_back();
-  }
+// A vector from the pool (empty, its capacity kept), else a new one.
+std::vector<uint64_t> take_keys(worker_state& st) {
+  if (st.key_pool.empty()) return {};
+  auto v = std::move(st.key_pool.back());
+  st.key_pool.pop_back();
+  v.clear();
+  return v;
+}
+
+void give_keys(worker_state& st, std::vector<uint64_t>&& v) {
+  if (v.capacity() != 0 && st.key_pool.size() < 8) st.key_pool.push_back(std::move(v));
+}
+
+// Fills the ring's new back slot with `batch` and its routes.
+void make_pending(worker_state& st, pending_batch& p, model::batch batch) {
   p.batch = std::move(batch);
   const bool async = st.peers.mode == training_mode::async;
   const auto routes = async ? 1u : static_cast<uint32_t>(st.peers.caches.size());
@@ -165,7 +209,6 @@ pending_batch make_pending(worker_state& st, model::batch batch) {
     }
   }
   p.key_count = i;
-  return p;
 }
 
 bool may_start_batch(const worker_state& st) {
@@ -218,12 +261,15 @@ void read_ahead(worker_pointer self) {
     // batch is prefetched so its rows are warm by the time it is looked up.
     const bool looked_up_now = st.ahead.empty() && !st.lookup_outstanding &&
                                st.in_flight < st.config.max_in_flight && may_start_batch(st);
-    st.ahead.push_back(make_pending(st, std::move(*batch)));
+    make_pending(st, st.ahead.push_back(), std::move(*batch));
     if (looked_up_now) continue;
     const auto& p = st.ahead.back();
-    for (size_t r = 0; r < p.route_keys.size(); ++r)
-      if (!p.route_keys[r].empty())
-        self->send(st.peers.caches[r], prefetch_atom::value, p.route_keys[r]);
+    for (size_t r = 0; r < p.route_keys.size(); ++r) {
+      if (p.route_keys[r].empty()) continue;
+      auto keys = take_keys(st);
+      keys.assign(p.route_keys[r].begin(), p.route_keys[r].end());
+      self->send(st.peers.caches[r], prefetch_atom::value, std::move(keys));
+    }
   }
 }
 
@@ -255,12 +301,14 @@ void train_head(worker_pointer self) {
   }
   // Sparse gradients to the keys' owners; the batch is in flight until
   // every owner has acknowledged its part.
-  auto acks_missing = std::make_shared<size_t>(0);
+  const uint64_t seq = st.pushed_batches++;
+  uint32_t acks = 0;
   for (size_t r = 0; r < head.route_keys.size(); ++r) {
     if (head.route_keys[r].empty()) continue;
     push_request push;
     push.epoch = st.epoch;
-    push.keys = std::move(head.route_keys[r]);
+    // The slot's key vector travels with the push; a pooled one replaces it.
+    push.keys = std::exchange(head.route_keys[r], take_keys(st));
     push.grads.resize(push.keys.size() * dim);
     auto& seen = st.seen;
     seen.assign(push.keys.size(), 0);
@@ -274,18 +322,24 @@ void train_head(worker_pointer self) {
       }
       for (uint32_t j = 0; j < dim; ++j) acc[j] += g[j];
     }
-    ++*acks_missing;
+    ++acks;
     self->request(st.peers.caches[r], caf::infinite, push_atom::value, std::move(push))
         .then(
-            [self, acks_missing](const push_ack&) {
-              if (--*acks_missing == 0) {
-                --self->state.in_flight;
-                pump(self);
-              }
+            [self, seq](push_ack& ack) {
+              auto& s = self->state;
+              give_keys(s, std::move(ack.versions));
+              uint32_t* missing = s.acks_missing.find(seq);
+              if (missing == nullptr || --*missing > 0) return;
+              s.acks_missing.erase(seq);
+              --s.in_flight;
+              pump(self);
             },
             [self](caf::error& err) { fail(self, std::move(err)); });
   }
-  if (*acks_missing > 0) ++st.in_flight;
+  if (acks > 0) {
+    st.acks_missing.try_emplace(seq, acks);
+    ++st.in_flight;
+  }
 
   // The dense gradient, and fresh dense weights every N steps. The pull is
   // sent after the push, so (FIFO per peer) it sees this step applied.
@@ -314,7 +368,6 @@ void train_head(worker_pointer self) {
   st.result.loss_sum += report.loss_sum;
   if (st.report_to) self->send(st.report_to, progress_atom::value, report);
 
-  if (st.spare.size() < 2) st.spare.push_back(std::move(st.ahead.front()));
   st.ahead.pop_front();
   st.lookup_outstanding = false;
   ++st.position;
@@ -333,9 +386,12 @@ void lookup_head(worker_pointer self) {
     if (head.route_keys[r].empty()) continue;
     ++st.lookup_replies_missing;
     const size_t expected = head.route_keys[r].size();
-    self->request(st.peers.caches[r], caf::infinite, lookup_atom::value, head.route_keys[r])
+    // The keys travel to the cache and come back with the rows (the reply
+    // carries the requested keys), so they are not copied.
+    self->request(st.peers.caches[r], caf::infinite, lookup_atom::value,
+                  std::move(head.route_keys[r]))
         .then(
-            [self, r, expected, dim, record_bytes](const lookup_reply& reply) {
+            [self, r, expected, dim, record_bytes](lookup_reply& reply) {
               auto& s = self->state;
               if (reply.rows.keys.size() != expected ||
                   reply.rows.records.size() != expected * record_bytes) {
@@ -346,7 +402,8 @@ void lookup_head(worker_pointer self) {
                                                " rows for " + std::to_string(expected) + " keys"));
                 return;
               }
-              const auto& head = s.ahead.front();
+              auto& head = s.ahead.front();
+              head.route_keys[r] = std::move(reply.rows.keys);
               const auto* records = reinterpret_cast<const std::byte*>(reply.rows.records.data());
               for (const auto& [pos, u] : head.route_members[r]) {
                 const float* w = weights_of(records + size_t{u} * record_bytes);
