@@ -45,6 +45,7 @@ def preload_sanitizer_runtime(module_dir):
         return
     cxx = re.search(r"(/\S*/libstdc\+\+\.so\S*)", out)
     env = dict(os.environ, STRATA_TORCH_TEST_PRELOADED="1",
+               STRATA_TORCH_TEST_ASAN_OPTIONS=os.environ.get("ASAN_OPTIONS", ""),
                LD_PRELOAD=runtime.group(1) + (":" + cxx.group(1) if cxx else ""))
     if "asan" in runtime.group(1):  # CPython and numpy do not free at exit
         env["ASAN_OPTIONS"] = env.get("ASAN_OPTIONS", "") + ":detect_leaks=0"
@@ -89,9 +90,15 @@ class Node:
                     "  map_bytes: 256MiB\ncaches:\n  count: 1\n  sets: 8\nworkers:\n  count: 0\n"
                     "gateway:\n  port: %d\ncheckpoint:\n  dir: %s\n" %
                     (os.path.join(work, "state"), self.port, os.path.join(work, "ckpt")))
+        # The node as the test runner started this script: no preload, its
+        # own sanitizer options (leak checks on).
+        env = dict(os.environ)
+        if env.pop("STRATA_TORCH_TEST_PRELOADED", None):
+            env.pop("LD_PRELOAD", None)
+            env["ASAN_OPTIONS"] = env.pop("STRATA_TORCH_TEST_ASAN_OPTIONS", "")
         self.process = subprocess.Popen([STRATA, "node", "--manifest", manifest],
                                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                        text=True)
+                                        text=True, env=env)
         self.lines, self.serving = [], threading.Event()
         threading.Thread(target=self._read, daemon=True).start()
         # A guard against a node that never starts, not a speed check.
