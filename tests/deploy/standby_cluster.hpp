@@ -32,6 +32,9 @@ constexpr double deadline_s = 300;
 // the starting nodes).
 struct standby_placements {
   std::string caches, workers;
+  // shards.migration_rows_per_s (0: unlimited): a slow copy leaves a window
+  // to inject a failure in (drain_failure_test).
+  uint64_t migration_rows_per_s = 0;
 };
 
 fs::path write_manifest(const fs::path& d, uint16_t admin_port, int standby, bool one_epoch,
@@ -51,6 +54,9 @@ fs::path write_manifest(const fs::path& d, uint16_t admin_port, int standby, boo
     << "model:\n  embedding_dim: 1\n  objective: count\n"
     << "shards:\n  count: 3\n  dram_bytes: 256KiB\n  ssd_path: " << (d / "state").string()
     << "\n  map_bytes: 256MiB\n"
+    << (placed.migration_rows_per_s == 0
+            ? ""
+            : "  migration_rows_per_s: " + std::to_string(placed.migration_rows_per_s) + "\n")
     << "caches:\n  count: 3\n  sets: 16\n"
     << (placed.caches.empty() ? "" : "  placement: " + placed.caches + "\n")
     << "workers:\n  count: 3\n  batch_size: 64\n  epochs: " << (one_epoch ? 1 : 1000) << "\n"
@@ -66,7 +72,7 @@ fs::path write_manifest(const fs::path& d, uint16_t admin_port, int standby, boo
   return file;
 }
 
-std::string read_text(const fs::path& f) {
+[[maybe_unused]] std::string read_text(const fs::path& f) {
   std::ifstream in(f);
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
@@ -90,6 +96,13 @@ class standby_cluster {
     auto st = p.wait(120);
     const int rc = st && WIFEXITED(*st) ? WEXITSTATUS(*st) : -1;
     return {rc, p.out(), p.err()};
+  }
+  // A CLI verb running in the background (a drain to interrupt); the
+  // caller waits for it.
+  std::unique_ptr<strata_process> start_cli(const std::vector<std::string>& args) {
+    const auto n = std::to_string(calls_++);
+    return std::make_unique<strata_process>(args, d_ / ("cli" + n + ".out"),
+                                            d_ / ("cli" + n + ".err"));
   }
   // `strata status --json`, parsed (null when it fails).
   nlohmann::json status() {
