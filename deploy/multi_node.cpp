@@ -140,6 +140,10 @@ expected<actors::cluster_placement> node_membership::place(caf::actor_system& sy
   // Membership: only the manifest's nodes, each proving the cluster secret.
   bc.cluster_secret = secret_;
   for (const auto& n : m_.nodes) bc.admitted_nodes.push_back(n.name);
+  // A standby node that left (drained, or lost holding nothing) may be
+  // started again and join again (multi_node_join.cpp); a starting node
+  // connects once per run.
+  bc.may_rejoin = [this](const std::string& peer) { return is_standby(peer); };
   auto started = transport::node_transport::start(
       system, bc, [this](const std::string& peer, bool up, const std::string& reason) {
         on_peer(peer, up, reason);

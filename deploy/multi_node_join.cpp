@@ -4,7 +4,9 @@
 // the coordinator's node with its manifest fingerprint (a `joined` notice);
 // the coordinator's node compares it, logs the join and from then on counts
 // the node as a member it tells `finished` at the end. A standby node that
-// goes down is logged; holding nothing, it leaves training alone.
+// goes down is logged; holding nothing, it leaves training alone. One that
+// left (a drain released it) or went down may be started again and joins
+// again: its transport admits the name once more (a new process).
 #include <cstdio>
 #include <cstring>
 #include <future>
@@ -122,11 +124,17 @@ expected<std::vector<std::byte>> node_membership::on_joined(const std::string& p
     std::fprintf(stderr, "cluster: refused standby node %s: %s\n", peer.c_str(), why.c_str());
     return error(errc::format_mismatch, why);
   }
+  // A node that left (drained) or went down may join again as a new
+  // process (its transport admitted it: bridge_config::may_rejoin): a
+  // member again, told `finished` at the end, drainable again.
+  bool again = false;
   {
     std::lock_guard lock(mu_);
+    again = left_.erase(peer) != 0 || joined_.count(peer) != 0;
     joined_.insert(peer);
   }
-  std::printf("cluster: node %s joined (standby)\n", peer.c_str());
+  std::printf("cluster: node %s joined (standby)%s\n", peer.c_str(),
+              again ? " again" : "");
   std::fflush(stdout);
   return std::vector<std::byte>{};
 }

@@ -134,7 +134,8 @@ void node_bridge::expect_departures() { impl_->departures_expected_ = true; }
 std::vector<std::string> node_bridge::peers() const {
   std::lock_guard lock(impl_->mu_);
   std::vector<std::string> out;
-  for (auto& p : impl_->peers_) out.push_back(p->name);
+  for (auto& p : impl_->peers_)
+    if (!p->replaced) out.push_back(p->name);
   return out;
 }
 
@@ -153,6 +154,7 @@ transport_stats node_bridge::stats() const {
   s.refused_handshakes = impl_->refused_handshakes;
   std::lock_guard lock(impl_->mu_);
   for (auto& p : impl_->peers_) {
+    if (p->replaced) continue;  // its name came back as a new peer
     peer_stats ps;
     ps.name = p->name;
     ps.up = p->up;

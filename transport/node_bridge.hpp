@@ -107,6 +107,13 @@ struct bridge_config {
   // the empty key, so a node with a secret refuses it and it the node.
   auth::secret cluster_secret;
   std::vector<std::string> admitted_nodes;
+  // Names that may connect again after their peer went down, as a new
+  // process (another node_id): a standby node that left a running cluster
+  // and is started again (docs/multi-node.md, "Nodes that join later").
+  // The new connection gets a fresh peer (sequence numbers, windows); the
+  // old one stays down and leaves peers() and stats(). Unset or false: a
+  // name connects once per run ("... went down earlier in this run").
+  std::function<bool(const std::string&)> may_rejoin;
 
   // Test seams of the membership tests (tests/transport/membership_test.cpp),
   // never set otherwise: `test_trust_blindly` makes this bridge act like an

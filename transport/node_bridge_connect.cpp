@@ -41,9 +41,10 @@ void node_bridge::impl::schedule_close(ep_context* ctx) {
   ctx->closed = true;
   // authed_eps keeps a closed endpoint's entry: an endpoint bound to a
   // peer closes only when the peer goes down (close_connection, mark_down,
-  // shutdown), and a down peer never comes back, so the entry maps only
-  // frames still in flight from it to a peer that drops them as late ones
-  // (not as a non-member's). A handle UCX reuses for a new connection is
+  // shutdown), and a down peer never comes back (a name that does, by
+  // may_rejoin, gets a new peer entry), so the entry maps only frames
+  // still in flight from it to a peer that drops them as late ones (not
+  // as a non-member's). A handle UCX reuses for a new connection is
   // rebound when that connection authenticates; until then its frames go
   // to the down peer and are dropped all the same.
   to_close.push_back(ctx);
@@ -446,8 +447,7 @@ void node_bridge::impl::on_hello_proof(ep_context* ctx, const frame_header& h,
                       "' (it does not hold this cluster's secret: a non-member, a replayed "
                       "hello, or the nodes' cluster_secret files differ)");
   auto* peer = add_peer(ctx->their, ctx->their.node_id);
-  if (peer == nullptr)
-    return refuse(ctx, h.request_id, "", "node '" + shown(claimed) + "' is already connected");
+  if (peer == nullptr) return refuse(ctx, h.request_id, "", taken_name(claimed));
   {
     std::lock_guard lock(mu_);
     refusals_.erase(claimed);
@@ -475,7 +475,7 @@ void node_bridge::impl::on_hello_welcome(ep_context* ctx, const frame_header& h,
   auto* peer = add_peer(ctx->their, ctx->their.node_id);
   if (peer == nullptr) {
     schedule_close(ctx);
-    return fail_connect_now(op, "node '" + ctx->their.name + "' is already connected");
+    return fail_connect_now(op, taken_name(ctx->their.name));
   }
   ctx->step = hello_step::done;
   const bool same_host = config.exchange_worker_address && !hello.worker_address.empty() &&
@@ -517,9 +517,30 @@ void node_bridge::impl::fail_connect_now(const std::shared_ptr<connect_op>& op,
   cv_.notify_all();
 }
 
+// Why add_peer refused `name` (it has a peer already).
+std::string node_bridge::impl::taken_name(const std::string& name) {
+  std::lock_guard lock(mu_);
+  auto it = by_name_.find(name);
+  if (it == by_name_.end() || !peers_[it->second]->down)
+    return "node '" + shown(name) + "' is already connected";
+  return "node '" + shown(name) + "' went down earlier in this run (" +
+         peers_[it->second]->down_reason +
+         "); a node name connects once per run, except a standby node started again";
+}
+
 peer_state* node_bridge::impl::add_peer(const hello_payload& hello, uint64_t node_id_of_peer) {
   std::lock_guard lock(mu_);
-  if (by_name_.count(hello.name) != 0 || hello.name.empty()) return nullptr;
+  if (hello.name.empty()) return nullptr;
+  if (auto it = by_name_.find(hello.name); it != by_name_.end()) {
+    // A name whose peer went down may come back as a new process (another
+    // node_id) where config.may_rejoin allows it: a fresh peer, the old
+    // one stays down (peers_ never shrinks) and out of peers() and stats().
+    auto& old = *peers_[it->second];
+    if (!old.down || old.node_id == node_id_of_peer || !config.may_rejoin ||
+        !config.may_rejoin(hello.name))
+      return nullptr;
+    old.replaced = true;
+  }
   auto p = std::make_unique<peer_state>();
   p->index = static_cast<uint32_t>(peers_.size());
   p->name = hello.name;

@@ -92,6 +92,7 @@ struct peer_state {
   // --- guarded by mu_
   bool up = false;
   bool down = false;
+  bool replaced = false;  // down, and its name came back as a new peer (may_rejoin)
   std::string down_reason;
   uint64_t next_seq = 1;
   uint64_t outstanding = 0;
@@ -371,6 +372,7 @@ struct node_bridge::impl {
   void fail_connect_now(const std::shared_ptr<connect_op>& op, const std::string& reason);
 
   peer_state* add_peer(const hello_payload& hello, uint64_t node_id_of_peer);
+  std::string taken_name(const std::string& name);
 
   // Binds the authenticated listener connection `wire` to `peer` and, on
   // the same host, opens our endpoint to the peer's worker address;

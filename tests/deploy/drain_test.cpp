@@ -8,7 +8,10 @@
 // shard's files are gone from its ssd_path, and the final checkpoint passes
 // the exact-sum oracle. The refusals are named first: the coordinator's
 // node, an unknown node, a node hosting workers and a cache tier, a standby
-// node that has not joined. Real processes over UCX on loopback.
+// node that has not joined; n2 started again after it left is refused (a
+// starting node connects once per run). A drained standby node started
+// again joins again and takes shards (exact sums). Real processes over UCX
+// on loopback.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
@@ -110,6 +113,22 @@ void drain_while_training(bool pass) {
   EXPECT_TRUE(poll_until([&] { return !fs::exists(d / "ssd-n2" / "shard-2"); }, deadline_s));
   EXPECT_TRUE(fs::exists(d / "ssd-n0" / "shard-2" / "data.mdb"));
 
+  // n2 started again by hand: a starting node connects once per run (only
+  // a standby node may join again), refused naming why; training goes on.
+  {
+    auto again = c.start_node("n2");
+    auto st2 = again->wait(deadline_s);
+    ASSERT_TRUE(st2) << again->out() << again->err();
+    EXPECT_TRUE(WIFEXITED(*st2) && WEXITSTATUS(*st2) == 1) << again->out() << again->err();
+    EXPECT_NE(again->err().find("node 'n2' went down earlier in this run ("), std::string::npos)
+        << again->err();
+    EXPECT_NE(again->err().find("); a node name connects once per run, except a standby node "
+                                "started again"),
+              std::string::npos)
+        << again->err();
+  }
+  EXPECT_EQ(c.health("n2"), "left (drained)");
+
   // Training goes on without n2.
   const uint64_t before = st["training"]["examples"].get<uint64_t>();
   ASSERT_TRUE(poll_until(
@@ -141,6 +160,76 @@ TEST(Drain, ANodeHostingOnlyShardsLeavesWhileTrainingGoesOnWithExactSums) {
 
 TEST(Drain, ANodeHostingOnlyShardsLeavesWhileTrainingGoesOnWithExactSumsPassMode) {
   drain_while_training(true);
+}
+
+// A drained standby node started again joins again (a repaired host put
+// back): n3 joins, takes shard 3, is drained (it exits 0, "left
+// (drained)"), is started again, shows joined, and a scale places shard 4
+// on it; the final checkpoint passes the exact-sum oracle.
+TEST(Drain, ADrainedStandbyNodeStartedAgainJoinsAgainAndTakesShards) {
+  temp_dir dir;
+  const fs::path d = dir.path();
+  standby_cluster c(d, 1, /*one_epoch=*/true);
+  c.wait_for_training();
+  const std::string m = c.manifest().string();
+  auto n3 = c.start_node("n3");
+  c.wait_joined("n3", *n3);
+  auto [rc4, out4, err4] =
+      c.cli({"scale", "--manifest", m, "--shards", "4", "--placement", "n0", "n1", "n2", "n3"});
+  ASSERT_EQ(rc4, 0) << out4 << err4 << c.launch().err() << n3->err();
+  auto [rcd, outd, errd] = c.cli({"drain", "--manifest", m, "--node", "n3"});
+  ASSERT_EQ(rcd, 0) << outd << errd << c.launch().err() << n3->err();
+  auto left = n3->wait(deadline_s);
+  ASSERT_TRUE(left) << "drained n3 did not leave\n" << n3->out() << n3->err();
+  EXPECT_TRUE(WIFEXITED(*left) && WEXITSTATUS(*left) == 0) << n3->out() << n3->err();
+  EXPECT_EQ(c.health("n3"), "left (drained)");
+
+  // Started again: it joins again and is a member like before.
+  auto again = c.start_node("n3");
+  ASSERT_TRUE(poll_until(
+      [&] {
+        return !again->running() || !c.launch().running() ||
+               (c.launch().out().find("cluster: node n3 joined (standby) again") !=
+                    std::string::npos &&
+                again->out().find("cluster: node n3 joined the running cluster") !=
+                    std::string::npos);
+      },
+      deadline_s))
+      << c.launch().out() << again->out() << again->err();
+  ASSERT_TRUE(again->running()) << again->out() << again->err();
+  ASSERT_TRUE(c.launch().running()) << c.launch().out() << c.launch().err();
+  EXPECT_TRUE(poll_until([&] { return c.health("n3") == "ok"; }, deadline_s)) << c.health("n3");
+
+  // A scale places shard 4 on it (shard 3 went to n0 with the drain).
+  auto [rc5, out5, err5] = c.cli(
+      {"scale", "--manifest", m, "--shards", "5", "--placement", "n0", "n1", "n2", "n0", "n3"});
+  ASSERT_EQ(rc5, 0) << out5 << err5 << c.launch().err() << again->err();
+  auto st = c.status();
+  ASSERT_TRUE(st.is_object());
+  ASSERT_EQ(st["shards"].size(), 5u) << st.dump();
+  EXPECT_EQ(st["shards"][3]["node"], "n0") << st.dump();
+  EXPECT_EQ(st["shards"][4]["node"], "n3") << st.dump();
+  EXPECT_EQ(st["shards"][4]["health"], "ok") << st.dump();
+  EXPECT_GT(st["shards"][4]["partition_count"].get<uint64_t>(), 0u) << st.dump();
+  EXPECT_TRUE(fs::exists(d / "ssd-n3" / "shard-4" / "data.mdb"));
+  const uint64_t before = st["training"]["examples"].get<uint64_t>();
+  ASSERT_TRUE(poll_until(
+      [&] {
+        auto now = c.status();
+        return !c.launch().running() ||
+               (now.is_object() && now["training"]["examples"].get<uint64_t>() > before);
+      },
+      deadline_s));
+
+  c.stop_cleanly();
+  auto ended = again->wait(deadline_s);
+  ASSERT_TRUE(ended) << "node n3 did not end\n" << again->out() << again->err();
+  EXPECT_TRUE(WIFEXITED(*ended) && WEXITSTATUS(*ended) == 0) << again->out() << again->err();
+  auto latest = actors::latest_checkpoint(d / "ckpt");
+  ASSERT_TRUE(latest) << "no checkpoint\n" << c.launch().out();
+  auto positions = check_exact_sums(c.manifest(), *latest);
+  ASSERT_EQ(positions.size(), 3u);
+  for (auto p : positions) EXPECT_GT(p, 0u);
 }
 
 }  // namespace
