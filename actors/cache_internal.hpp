@@ -60,9 +60,17 @@ struct pending_fill {
 template <class T>
 class vector_pool {
  public:
-  std::vector<T> take() {
+  // One that holds n elements without growing if there is one (the
+  // smallest such), else the largest.
+  std::vector<T> take(size_t n = 0) {
     if (free_.empty()) return {};
-    auto v = std::move(free_.back());
+    size_t best = 0;
+    for (size_t i = 1; i < free_.size(); ++i) {
+      const size_t c = free_[i].capacity(), b = free_[best].capacity();
+      if (b < n ? c > b : (c >= n && c < b)) best = i;
+    }
+    auto v = std::move(free_[best]);
+    free_[best] = std::move(free_.back());
     free_.pop_back();
     v.clear();
     return v;
@@ -73,8 +81,8 @@ class vector_pool {
     v = {};
   }
   // Gives `v` a pooled buffer if it has none (it was moved into a message).
-  void refill(std::vector<T>& v) {
-    if (v.capacity() == 0) v = take();
+  void refill(std::vector<T>& v, size_t n = 0) {
+    if (v.capacity() == 0) v = take(n);
   }
 
  private:

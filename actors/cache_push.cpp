@@ -182,14 +182,14 @@ void push_to_shards(cache_pointer self, push_request& req,
   p->failed = false;
   p->started = started;
   p->promise = std::move(promise);
-  st.keys_pool.refill(p->ack.versions);
+  st.keys_pool.refill(p->ack.versions, req.keys.size());
   p->ack.versions.assign(req.keys.size(), 0);
   for (uint32_t s = 0; s < groups.size(); ++s) {
     if (groups[s].empty()) continue;
     push_request part;
     part.epoch = req.epoch;
-    part.keys = st.keys_pool.take();
-    part.grads = st.floats_pool.take();
+    part.keys = st.keys_pool.take(groups[s].size());
+    part.grads = st.floats_pool.take(groups[s].size() * dim);
     part.keys.reserve(groups[s].size());
     part.grads.reserve(groups[s].size() * dim);
     for (uint32_t i : groups[s]) {

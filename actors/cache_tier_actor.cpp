@@ -187,7 +187,7 @@ void finish_fill(cache_pointer self, const std::shared_ptr<pending_fill>& fill) 
 void fill_rows(cache_pointer self, std::shared_ptr<pending_fill> fill, bool count_stats) {
   auto& st = self->state;
   const auto& keys = fill->keys;
-  st.bytes_pool.refill(fill->rows.records);  // the last reply took its buffer
+  st.bytes_pool.refill(fill->rows.records, keys.size() * st.record_bytes);  // the last reply took its buffer
   fill->rows.records.resize(keys.size() * st.record_bytes);
   auto* out = reinterpret_cast<std::byte*>(fill->rows.records.data());
   auto& misses = fill->misses;
@@ -248,7 +248,7 @@ void fill_rows(cache_pointer self, std::shared_ptr<pending_fill> fill, bool coun
   const auto& groups = group_keys(st.map, wanted, st.fill_groups);
   for (uint32_t s = 0; s < groups.size(); ++s) {
     if (groups[s].empty()) continue;
-    std::vector<uint64_t> part = st.keys_pool.take();
+    std::vector<uint64_t> part = st.keys_pool.take(groups[s].size());
     part.reserve(groups[s].size());
     for (uint32_t i : groups[s]) part.push_back(wanted[i]);
     ++fill->outstanding;

@@ -50,6 +50,10 @@ class model_gradients final : public gradient_source {
                               std::span<const float> dense) override {
     return model_.forward_backward(batch, rows, dense);
   }
+  void compute_into(const model::batch& batch, std::span<const float> rows,
+                    std::span<const float> dense, model::batch_result& out) override {
+    model_.forward_backward(batch, rows, dense, out);
+  }
 
  private:
   model::ctr_model model_;
@@ -66,6 +70,13 @@ class count_gradients final : public gradient_source {
     model::batch_result out;
     out.row_grads.assign(batch.keys().size() * dim_, -1.0f);
     return out;
+  }
+  void compute_into(const model::batch& batch, std::span<const float>, std::span<const float>,
+                    model::batch_result& out) override {
+    out.row_grads.assign(batch.keys().size() * dim_, -1.0f);
+    out.dense_grads.clear();
+    out.predictions.clear();
+    out.loss = 0;
   }
 
  private:
@@ -145,6 +156,7 @@ struct worker_state {
   bool lookup_outstanding = false;
   size_t lookup_replies_missing = 0;
   std::vector<float> rows;   // row weights of the head batch, per position
+  model::batch_result grads;  // the head batch's gradients (vectors reused)
   std::vector<float> dense;  // the replica's dense weights
   bool dense_pull_pending = false;
   uint32_t dense_pushes_outstanding = 0;
@@ -290,7 +302,8 @@ void train_head(worker_pointer self) {
   auto& st = self->state;
   auto& head = st.ahead.front();
   const uint32_t dim = st.layout.dim;
-  auto out = st.gradients->compute(head.batch, st.rows, st.dense);
+  st.gradients->compute_into(head.batch, st.rows, st.dense, st.grads);
+  auto& out = st.grads;
   if (out.row_grads.size() != head.key_count * dim) {
     fail(self, caf::make_error(
                    caf::sec::runtime_error,

@@ -53,6 +53,12 @@ class gradient_source {
   // occurrence), dense_grads (dense size) and loss; predictions optional.
   virtual model::batch_result compute(const model::batch& batch, std::span<const float> rows,
                                       std::span<const float> dense) = 0;
+  // The same into `out`, whose vectors a source may reuse (the worker keeps
+  // one batch_result across batches: no allocation per batch in the model).
+  virtual void compute_into(const model::batch& batch, std::span<const float> rows,
+                            std::span<const float> dense, model::batch_result& out) {
+    out = compute(batch, rows, dense);
+  }
 };
 
 // Reads the worker's data (config.data: its shard of the file) through

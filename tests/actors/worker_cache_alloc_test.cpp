@@ -89,7 +89,8 @@ constexpr uint64_t warmup = 100;
 constexpr uint64_t measured = 200;
 
 // Allocations per measured batch, by actor name ("strata.worker",
-// "cache_tier", "shard", "ssd_flush", "strata.dense", "other").
+// "cache_tier", "shard", "ssd_flush", "strata.dense", "other"), and the
+// cache's requests to the shards per batch ("requests to shards").
 using by_actor = std::map<std::string, double>;
 
 by_actor allocations_by_actor(training_mode mode, const std::filesystem::path& dir) {
@@ -168,8 +169,18 @@ by_actor allocations_by_actor(training_mode mode, const std::filesystem::path& d
     EXPECT_TRUE(result->has_value());
     EXPECT_EQ(result->has_value() ? (*result)->batches : 0u, batches);
   };
+  auto shard_messages = [&] {  // pulls and pushes the shards have handled
+    uint64_t n = 0;
+    for (auto& sh : shards) {
+      auto st = ds.call<tier_stats>(sh, stats_atom::value);
+      n += st.pulls + st.pushes;
+    }
+    return n;
+  };
   run(warmup, false);
+  const uint64_t shard_messages_before = shard_messages();
   run(measured, true);
+  counts["requests to shards"] = shard_messages() - shard_messages_before;
 
   auto stats = ds.call<tier_stats>(shards[0], stats_atom::value);
   EXPECT_GT(stats.flushed_rows, 0u);
@@ -184,23 +195,132 @@ by_actor allocations_by_actor(training_mode mode, const std::filesystem::path& d
   return out;
 }
 
+// What CAF 0.17 allocates per message, measured the same way: a send of a
+// moved vector, a request (message plus its response handler), a reply
+// delivered through a response promise, and the handling of that reply.
+struct caf_costs {
+  double send = 0, request = 0, reply = 0, handle_reply = 0;
+};
+
+caf_costs measure_caf_costs() {
+  deterministic_system ds;
+  auto& sched = dynamic_cast<caf::scheduler::test_coordinator&>(ds.system().scheduler());
+  constexpr int rounds = 50;
+  auto pool = std::make_shared<std::vector<std::vector<uint64_t>>>();
+  for (int i = 0; i < 4 * rounds; ++i) pool->emplace_back(64, uint64_t{1});
+  auto take = [pool] {
+    auto v = std::move(pool->back());
+    pool->pop_back();
+    return v;
+  };
+  // Whatever arrives is kept (reserved up front: no allocation of ours).
+  auto kept = std::make_shared<std::vector<std::vector<uint64_t>>>();
+  kept->reserve(4 * rounds);
+  auto receiver = ds.system().spawn([kept, take](caf::event_based_actor* self) -> caf::behavior {
+    return {
+        [kept](prefetch_atom, std::vector<uint64_t>& v) { kept->push_back(std::move(v)); },
+        [self, kept, take](lookup_atom, std::vector<uint64_t>& v) {
+          kept->push_back(std::move(v));
+          auto promise = self->make_response_promise<std::vector<uint64_t>>();
+          promise.deliver(take());
+          return promise;
+        },
+    };
+  });
+  auto* receiver_ptr = caf::actor_cast<caf::abstract_actor*>(receiver);
+  caf::abstract_actor* requester = nullptr;
+  bool requests_sent = false;
+  uint64_t receiver_allocs = 0, requester_allocs = 0;
+  auto run_all = [&] {
+    while (sched.has_job()) {
+      auto* job = dynamic_cast<caf::abstract_actor*>(sched.jobs.front());
+      const bool handles_reply = job == requester && requests_sent;
+      const uint64_t before = alloc_count::thread_total();
+      sched.run_once();
+      const uint64_t made = alloc_count::thread_total() - before;
+      if (job == receiver_ptr) receiver_allocs += made;
+      if (handles_reply) requester_allocs += made;
+    }
+  };
+  run_all();
+  caf_costs out;
+  ds.system().spawn([&](caf::event_based_actor* self) {
+    for (int i = 0; i < rounds; ++i) {
+      const uint64_t before = alloc_count::thread_total();
+      self->send(receiver, prefetch_atom::value, take());
+      out.send += static_cast<double>(alloc_count::thread_total() - before) / rounds;
+    }
+  });
+  run_all();
+  receiver_allocs = 0;
+  ds.system().spawn([&](caf::event_based_actor* self) {
+    requester = self;
+    for (int i = 0; i < rounds; ++i) {
+      const uint64_t before = alloc_count::thread_total();
+      self->request(receiver, caf::infinite, lookup_atom::value, take())
+          .then([kept](std::vector<uint64_t>& v) { kept->push_back(std::move(v)); });
+      out.request += static_cast<double>(alloc_count::thread_total() - before) / rounds;
+    }
+    requests_sent = true;
+  });
+  run_all();
+  out.reply = static_cast<double>(receiver_allocs) / rounds;
+  out.handle_reply = static_cast<double>(requester_allocs) / rounds;
+  caf::anon_send_exit(receiver, caf::exit_reason::user_shutdown);
+  ds.drain_jobs();
+  return out;
+}
+
 void print(const char* what, const by_actor& per) {
   double sum = 0;
   for (const auto& [name, n] : per) {
+    if (name == "requests to shards") continue;
     std::cout << what << " allocations per batch, " << name << ": " << n << "\n";
     sum += n;
   }
   std::cout << what << " allocations per batch, all: " << sum << "\n";
 }
 
+TEST(WorkerCacheAllocations, WhatCafAllocatesPerMessage) {
+  const caf_costs c = measure_caf_costs();
+  std::cout << "CAF allocations: send " << c.send << ", request " << c.request << ", reply "
+            << c.reply << ", handling a reply " << c.handle_reply << "\n";
+  // The remainder on the worker and cache paths is made of these.
+  EXPECT_GT(c.send + c.request + c.reply + c.handle_reply, 0.0);
+}
+
 TEST(WorkerCacheAllocations, AsyncPerBatchByActor) {
+  const caf_costs c = measure_caf_costs();
   temp_dir dir;
   auto per = allocations_by_actor(training_mode::async, dir.path());
   print("async", per);
   ASSERT_TRUE(per.count("strata.worker"));
   ASSERT_TRUE(per.count("cache_tier"));
-  EXPECT_LE(per["strata.worker"], 1000.0);
-  EXPECT_LE(per["cache_tier"], 1000.0);
+  // CAF's share per batch. Worker: a prefetch and a progress report
+  // (sends), a lookup and a push (requests). Cache: the lookup's reply and
+  // the push's acknowledgement (replies), its pulls and push parts to the
+  // shards (requests, counted by the shards).
+  const double worker_caf = 2 * c.send + 2 * c.request;
+  const double cache_caf = 2 * c.reply + per["requests to shards"] * c.request;
+  const double worker_own = per["strata.worker"] - worker_caf;
+  const double cache_own = per["cache_tier"] - cache_caf;
+  std::cout << "worker: " << per["strata.worker"] << " = " << worker_caf << " CAF + "
+            << worker_own << " own; cache: " << per["cache_tier"] << " = " << cache_caf
+            << " CAF + " << cache_own << " own (" << per["requests to shards"]
+            << " requests to shards per batch)\n";
+  // Before (commit 49267a8): worker 23.0, cache 30.2 allocations per batch;
+  // now 8.1 (6.3 CAF) and 18.2 (16.8 CAF). What is left of the actors' own:
+  // the worker's push carries a key and a gradient vector that nothing
+  // sends back (about 2 per batch); the cache forwards one push to two
+  // shards, one gradient vector more than it receives, and its lookup
+  // reply's record buffer (the largest it sends) is not always refilled by
+  // the smaller ones the shards send (about 1.4). Closing those needs
+  // buffers that travel back (a protocol change: e.g. push_ack returning
+  // the push's vectors), not more reuse here.
+  EXPECT_LE(worker_own, 2.2);
+  EXPECT_LE(cache_own, 1.8);
+  EXPECT_LE(per["strata.worker"], 8.6);
+  EXPECT_LE(per["cache_tier"], 19.0);
 }
 
 }  // namespace
