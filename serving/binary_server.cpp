@@ -72,6 +72,7 @@ struct binary_server::impl {
             send_error(socket, id, reply.err());
             break;
           }
+          *reply += lookup_result::counts_bytes;  // an encoded reply holds dim and n too
           if (*reply > rows_charged) {
             if (!connections.buffers().try_take(*reply - rows_charged)) {
               send_error(socket, id,
@@ -85,9 +86,17 @@ struct binary_server::impl {
             }
             rows_charged = *reply;
           }
+          // A serving node's store writes the rows payload itself (dim, n,
+          // versions, weights): it is sent as it lies.
+          rows.encoded = true;
           auto ok = service.lookup(req->table, req->keys, rows);
           if (!ok) {
             send_error(socket, id, ok.err());
+            break;
+          }
+          if (rows.has_payload()) {
+            keep = static_cast<bool>(socket.send(wire::frame_type::rows, id, rows.payload));
+            if (keep) service.finish_request();
             break;
           }
           // dim, n, then the versions and weights straight from the result.

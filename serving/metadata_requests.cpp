@@ -56,9 +56,9 @@ expected<std::vector<uint64_t>> lookup_service::list_keys(const std::string& tab
 }
 
 expected<std::vector<wire::table_info>> serving_service::tables() {
-  std::lock_guard lock(mutex_);
+  std::shared_lock tables(tables_mutex_);
   std::vector<wire::table_info> out;
-  for (const auto& [name, store] : tables_) out.push_back({name, store->dim()});
+  for (const auto& [name, entry] : tables_) out.push_back({name, entry->dim});
   return out;
 }
 
@@ -68,11 +68,12 @@ expected<std::vector<uint64_t>> serving_service::list_keys(const std::string& ta
     return error(errc::invalid_argument, "list keys of table '" + table + "': limit " +
                                              std::to_string(limit) + " is outside 1.." +
                                              std::to_string(wire::max_list_keys));
-  std::lock_guard lock(mutex_);
-  auto store = find(table);
-  if (!store) return store.err();
+  std::shared_lock tables(tables_mutex_);
+  auto entry = find(table);
+  if (!entry) return entry.err();
+  std::lock_guard lock((*entry)->mutex);
   std::vector<uint64_t> out;
-  STRATA_TRY((*store)->list_keys(limit, out));
+  STRATA_TRY((*entry)->store->list_keys(limit, out));
   return out;
 }
 

@@ -35,16 +35,20 @@ status lookup_service::push(const std::string& table, uint32_t, std::span<const 
 }
 
 void serving_service::add_table(std::unique_ptr<serving_store> store) {
-  std::lock_guard lock(mutex_);
-  const std::string name = store->table();
-  tables_[name] = std::move(store);
+  auto entry = std::make_unique<table_entry>();
+  entry->dim = store->dim();
+  entry->pending = store->has_pending();
+  entry->store = std::move(store);
+  std::unique_lock lock(tables_mutex_);
+  const std::string name = entry->store->table();
+  tables_[name] = std::move(entry);
 }
 
-expected<serving_store*> serving_service::find(const std::string& table) {
+expected<serving_service::table_entry*> serving_service::find(const std::string& table) {
   auto it = tables_.find(table);
   if (it == tables_.end()) {
     std::string names;
-    for (const auto& [name, store] : tables_) names += (names.empty() ? "" : ", ") + name;
+    for (const auto& [name, entry] : tables_) names += (names.empty() ? "" : ", ") + name;
     return error(errc::not_found, "unknown table '" + table + "' (served: " + names + ")");
   }
   return it->second.get();
@@ -56,10 +60,13 @@ status serving_service::lookup(const std::string& table, std::span<const uint64_
     return error(errc::capacity_exceeded, "lookup of " + std::to_string(keys.size()) +
                                               " keys exceeds max_request_keys " +
                                               std::to_string(limits_.max_request_keys));
-  std::lock_guard lock(mutex_);
-  auto store = find(table);
-  if (!store) return store.err();
-  return (*store)->lookup(keys, out);
+  std::shared_lock tables(tables_mutex_);
+  auto entry = find(table);
+  if (!entry) return entry.err();
+  std::lock_guard lock((*entry)->mutex);
+  auto ok = (*entry)->store->lookup(keys, out);
+  if ((*entry)->store->has_pending()) (*entry)->pending = true;
+  return ok;
 }
 
 status serving_service::prefetch(const std::string& table, std::span<const uint64_t> keys) {
@@ -67,10 +74,11 @@ status serving_service::prefetch(const std::string& table, std::span<const uint6
     return error(errc::capacity_exceeded, "prefetch of " + std::to_string(keys.size()) +
                                               " keys exceeds max_request_keys " +
                                               std::to_string(limits_.max_request_keys));
-  std::lock_guard lock(mutex_);
-  auto store = find(table);
-  if (!store) return store.err();
-  return (*store)->prefetch(keys);
+  std::shared_lock tables(tables_mutex_);
+  auto entry = find(table);
+  if (!entry) return entry.err();
+  std::lock_guard lock((*entry)->mutex);
+  return (*entry)->store->prefetch(keys);
 }
 
 expected<uint64_t> serving_service::reply_bytes(const std::string& table, size_t n) {
@@ -84,26 +92,33 @@ expected<uint64_t> serving_service::reply_bytes(const std::string& table, size_t
 }
 
 void serving_service::finish_request() {
-  std::lock_guard lock(mutex_);
-  for (auto& [name, store] : tables_)
-    if (store->has_pending())
-      (void)store->insert_pending();  // a failed insert is only a miss later
+  std::shared_lock tables(tables_mutex_);
+  for (auto& [name, entry] : tables_) {
+    if (!entry->pending.load()) continue;
+    std::lock_guard lock(entry->mutex);
+    entry->pending = false;
+    if (entry->store->has_pending())
+      (void)entry->store->insert_pending();  // a failed insert is only a miss later
+  }
 }
 
 status serving_service::apply_updates(const std::string& table, std::span<const uint64_t> keys,
                                       std::span<const float> weights,
                                       std::span<const uint64_t> versions) {
-  std::lock_guard lock(mutex_);
-  auto store = find(table);
-  if (!store) return store.err();
-  return (*store)->apply_updates(keys, weights, versions);
+  std::shared_lock tables(tables_mutex_);
+  auto entry = find(table);
+  if (!entry) return entry.err();
+  std::lock_guard lock((*entry)->mutex);
+  auto ok = (*entry)->store->apply_updates(keys, weights, versions);
+  (*entry)->pending = (*entry)->store->has_pending();  // updates insert the queued rows first
+  return ok;
 }
 
 expected<uint32_t> serving_service::dim_of(const std::string& table) {
-  std::lock_guard lock(mutex_);
-  auto store = find(table);
-  if (!store) return store.err();
-  return (*store)->dim();
+  std::shared_lock tables(tables_mutex_);
+  auto entry = find(table);
+  if (!entry) return entry.err();
+  return (*entry)->dim;
 }
 
 void serving_service::set_server_stats(const std::string& name,
@@ -123,9 +138,12 @@ std::map<std::string, connection_stats> serving_service::server_stats() {
 }
 
 std::map<std::string, serving_stats> serving_service::stats() {
-  std::lock_guard lock(mutex_);
+  std::shared_lock tables(tables_mutex_);
   std::map<std::string, serving_stats> out;
-  for (auto& [name, store] : tables_) out[name] = store->stats();
+  for (auto& [name, entry] : tables_) {
+    std::lock_guard lock(entry->mutex);
+    out[name] = entry->store->stats();
+  }
   return out;
 }
 

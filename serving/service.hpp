@@ -1,17 +1,25 @@
 // serving_service: the shared front of one serving node. It owns the
-// serving_store of each served table and serializes calls into it (one
-// mutex: the stores are single-owner objects), so the binary server's and
-// the HTTP server's connection threads and the update subscriber can call
-// it concurrently. Asynchronous cache inserts queued by a lookup run on
-// the calling thread after the reply was sent (finish_request()).
+// serving_store of each served table, so the binary server's and the HTTP
+// server's connection threads and the update subscriber can call it
+// concurrently. Locking: the table map is read-mostly (a shared_mutex,
+// taken exclusively only by add_table); each store is a single-owner
+// object, so every call into one holds that table's own mutex, and only
+// for the store's work — a reply is checksummed and sent after it is
+// released (the reply is the caller's own buffer). Lookups of
+// different tables, reply_bytes()/dim_of() (the dim is kept beside the
+// store) and a finish_request() with nothing queued take no store lock.
+// Asynchronous cache inserts queued by a lookup run on the calling thread
+// after the reply was sent (finish_request()).
 //
 // Thread-safe.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <shared_mutex>
 #include <span>
 #include <string>
 #include <vector>
@@ -94,10 +102,17 @@ class serving_service : public lookup_service {
   std::map<std::string, connection_stats> server_stats();
 
  private:
-  expected<serving_store*> find(const std::string& table);
+  struct table_entry {
+    std::unique_ptr<serving_store> store;
+    std::mutex mutex;  // held for every call into `store`
+    uint32_t dim = 0;
+    std::atomic<bool> pending{false};  // queued cache inserts (finish_request)
+  };
+  // Callers hold tables_mutex_ (shared at least) while they use the entry.
+  expected<table_entry*> find(const std::string& table);
   service_limits limits_;
-  std::mutex mutex_;
-  std::map<std::string, std::unique_ptr<serving_store>, std::less<>> tables_;
+  std::shared_mutex tables_mutex_;
+  std::map<std::string, std::unique_ptr<table_entry>, std::less<>> tables_;
   std::mutex servers_mutex_;
   std::map<std::string, std::function<connection_stats()>> servers_;
 };

@@ -323,17 +323,42 @@ status serving_store::load_checkpoint(const fs::path& dir) {
 status serving_store::lookup(std::span<const uint64_t> keys, lookup_result& out) {
   auto& s = *impl_;
   const size_t n = keys.size();
+  const uint32_t dim = s.layout.dim;
   const size_t rb = s.record_bytes();
   ++s.stats.lookups;
   s.stats.keys += n;
-  out.dim = s.layout.dim;
-  out.weights.resize(n * s.layout.dim);
-  out.versions.resize(n);
+  out.dim = dim;
+  // Where each row's version and weights go: the caller's vectors, or
+  // (encoded) their places in the rows payload.
+  std::byte* versions;
+  std::byte* weights;
+  if (out.encoded) {
+    out.weights.clear();
+    out.versions.clear();
+    out.payload.resize(lookup_result::counts_bytes + n * (8 + size_t{4} * dim));
+    const uint32_t counts[2] = {dim, static_cast<uint32_t>(n)};
+    std::memcpy(out.payload.data(), counts, sizeof counts);
+    versions = out.payload.data() + lookup_result::counts_bytes;
+    weights = versions + n * 8;
+  } else {
+    out.versions.resize(n);
+    out.weights.resize(n * dim);
+    versions = reinterpret_cast<std::byte*>(out.versions.data());
+    weights = reinterpret_cast<std::byte*>(out.weights.data());
+  }
   if (n == 0) return {};
+  // The tiers write records (meta, weights); each record's version and
+  // weights then go straight to their places in the result.
   s.records.resize(n * rb);
   row_buffer fetched(s.layout);
   uint64_t hits = 0;
   STRATA_TRY(s.fetch(keys, s.records.data(), fetched, hits));
+  for (size_t i = 0; i < n; ++i) {
+    const std::byte* r = s.records.data() + i * rb;
+    const uint64_t version = meta_of(r).version;
+    std::memcpy(versions + i * 8, &version, 8);
+    std::memcpy(weights + i * size_t{4} * dim, weights_of(r), size_t{4} * dim);
+  }
   s.stats.cache_hits += hits;
   const bool async = s.hit_rate() >= s.config.async_insert_hit_rate;
   s.count(hits, n);
@@ -346,11 +371,6 @@ status serving_store::lookup(std::span<const uint64_t> keys, lookup_result& out)
       STRATA_TRY(s.cache_insert(fetched.keys(), fetched.record(0)));
       s.stats.sync_inserts += fetched.size();
     }
-  }
-  for (size_t i = 0; i < n; ++i) {
-    const std::byte* r = s.records.data() + i * rb;
-    out.versions[i] = meta_of(r).version;
-    std::memcpy(out.weights.data() + i * s.layout.dim, weights_of(r), size_t{4} * s.layout.dim);
   }
   return {};
 }

@@ -28,11 +28,12 @@
 // resident (queued cache inserts are done first, so an older queued row
 // can never land over a newer update).
 //
-// Owned by one thread at a time (the server serializes calls); not
-// thread-safe.
+// Owned by one thread at a time (serving_service holds a lock per store
+// around every call); not thread-safe.
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <span>
@@ -76,10 +77,39 @@ struct serving_stats {
 };
 
 // A lookup's result: n rows of `dim` floats and their versions (0: default).
+// With `encoded` set (the binary server and the UCX endpoint, which send
+// rows as a rows payload) the store writes each row's version and weights
+// straight into `payload` in the wire layout (client/wire.hpp,
+// encode_rows: dim, n, versions, weights; sent as it lies, no split and no
+// encode copy) and leaves `weights` and `versions` empty. Without it they
+// hold the rows and `payload` is left alone.
 struct lookup_result {
   uint32_t dim = 0;
   std::vector<float> weights;      // n x dim
   std::vector<uint64_t> versions;  // n
+  bool encoded = false;
+  std::vector<std::byte> payload;  // encoded: the rows payload
+
+  static constexpr size_t counts_bytes = 8;  // dim and n, two u32
+  // True when `payload` holds this result's rows.
+  bool has_payload() const { return encoded && payload.size() >= counts_bytes; }
+  size_t size() const {
+    if (!has_payload()) return versions.size();
+    uint32_t n;
+    std::memcpy(&n, payload.data() + 4, 4);
+    return n;
+  }
+  uint64_t version(size_t i) const {
+    if (!has_payload()) return versions[i];
+    uint64_t v;
+    std::memcpy(&v, payload.data() + counts_bytes + i * 8, 8);
+    return v;
+  }
+  // Row i's dim weights, whichever form holds them.
+  const float* row_weights(size_t i) const {
+    if (!has_payload()) return weights.data() + i * dim;
+    return reinterpret_cast<const float*>(payload.data() + counts_bytes + size() * 8) + i * dim;
+  }
 };
 
 // The file that marks a directory as a serving store's own environment.

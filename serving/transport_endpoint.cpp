@@ -73,9 +73,13 @@ void transport_endpoint::serve(transport::inbound_frame f) {
       auto req = wire::decode_key_request(f.payload);
       if (!req) return fail(req.err());
       lookup_result rows;
+      rows.encoded = true;  // the store writes the rows payload: no split, no encode copy
       if (auto ok = service_.lookup(req->table, req->keys, rows); !ok) return fail(ok.err());
       std::vector<std::byte> out;
-      wire::encode_rows(out, rows.dim, rows.versions, rows.weights);
+      if (rows.has_payload())
+        out = std::move(rows.payload);
+      else
+        wire::encode_rows(out, rows.dim, rows.versions, rows.weights);
       bridge_->reply(f.peer, f.header.request_id, frame_type::reply, std::move(out));
       service_.finish_request();
       return;
