@@ -176,13 +176,23 @@ void node_membership::standby_gone(const std::string& peer, const std::string& r
   // A standby node hosts nothing until a scale places shards on it. One
   // holding shards is lost like any node: their requests fail and the run
   // goes to the crash policy (checkpoint.on_failure).
-  std::string held;
+  // A drain's successor that is not committed is not held: losing it
+  // abandons the drain (the old shard still owns its rows).
+  std::string held, successors;
   if (spawner_) {
     const auto homes = spawner_->homes();
-    for (size_t i = 0; i < homes.size(); ++i)
-      if (homes[i] == peer) held += (held.empty() ? "" : ", ") + std::to_string(i);
+    for (size_t i = 0; i < homes.size(); ++i) {
+      if (homes[i] != peer) continue;
+      auto& list = spawner_->successor_only(static_cast<uint32_t>(i), peer) ? successors : held;
+      list += (list.empty() ? "" : ", ") + std::to_string(i);
+    }
   }
-  if (held.empty())
+  if (held.empty() && !successors.empty())
+    std::fprintf(stderr,
+                 "cluster: standby node %s is gone (%s) with the drain's successors of shards "
+                 "%s: the drain is abandoned, training goes on\n",
+                 peer.c_str(), reason.c_str(), successors.c_str());
+  else if (held.empty())
     std::fprintf(stderr,
                  "cluster: standby node %s is gone (%s); it held no shards: training goes on\n",
                  peer.c_str(), reason.c_str());

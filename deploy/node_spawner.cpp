@@ -40,6 +40,12 @@ std::vector<std::string> node_spawner::homes() const {
   return homes_;
 }
 
+bool node_spawner::successor_only(uint32_t index, const std::string& node) const {
+  std::lock_guard lock(mu_);
+  auto it = rehoming_.find(index);
+  return it != rehoming_.end() && it->second.new_node == node;
+}
+
 std::filesystem::path node_spawner::directory_of(const std::string& node, uint32_t index) const {
   for (const auto& n : m_.nodes)
     if (n.name == node && !n.ssd_path.empty()) return shard_directory(n.ssd_path, index);

@@ -64,6 +64,9 @@ class node_spawner {
   // The node that hosts shard `index` now ("" if none).
   std::string node_of(uint32_t index) const;
   std::vector<std::string> homes() const;
+  // Whether shard `index` lives on `node` only as a drain's successor that
+  // is not committed yet (its loss abandons the drain, not the run).
+  bool successor_only(uint32_t index, const std::string& node) const;
 
   // Tells the shards spawned here to exit (the node stops: the actor
   // system waits for every actor).

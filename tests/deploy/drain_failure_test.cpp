@@ -102,6 +102,21 @@ TEST(DrainFailure, KillingTheSuccessorsNodeBeforeTheFenceAbandonsTheDrainAndTrai
             std::string::npos)
       << err << c.launch().out() << c.launch().err();
   EXPECT_NE(err.find("'n3'"), std::string::npos) << "the cause names the lost node\n" << err;
+  // The coordinator's node does not call the uncommitted successor a held
+  // shard whose loss fails the run.
+  EXPECT_TRUE(poll_until(
+      [&] {
+        return c.launch().err().find("cluster: standby node n3 is gone (") != std::string::npos;
+      },
+      deadline_s));
+  // (Logged before the abandon ended the re-homing, or after it.)
+  EXPECT_TRUE(c.launch().err().find(") with the drain's successors of shards 2: the drain is "
+                                    "abandoned, training goes on") != std::string::npos ||
+              c.launch().err().find("); it held no shards: training goes on") !=
+                  std::string::npos)
+      << c.launch().err();
+  EXPECT_EQ(c.launch().err().find("with shards 2: their requests fail"), std::string::npos)
+      << c.launch().err();
 
   // The committed map is unchanged: shard 2 on n2, which stays.
   auto st = c.status();
