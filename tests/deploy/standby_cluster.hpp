@@ -157,10 +157,15 @@ class standby_cluster {
     ASSERT_TRUE(node.running()) << node.out() << node.err();
     ASSERT_TRUE(launch_.running()) << launch_.out() << launch_.err();
   }
-  // `strata stop`, then every node of the launch exits 0.
+  // `strata stop`, then every node of the launch exits 0. A one-epoch run
+  // may end by itself before the stop reaches it (CI's ASan stage once
+  // took 118 s for a drain test whose epoch lasts about that long): its
+  // admin API is then gone, which is the only failure of the stop
+  // accepted here, and the launch must still have exited 0.
   void stop_cleanly() {
     auto [rc, out, err] = cli({"stop", "--manifest", manifest_.string()});
-    EXPECT_EQ(rc, 0) << err;
+    if (rc != 0)
+      EXPECT_NE(err.find("Connection refused"), std::string::npos) << "strata stop: " << err;
     auto st = launch_.wait(deadline_s);
     ASSERT_TRUE(st) << "the cluster did not stop\n" << launch_.out() << launch_.err();
     EXPECT_TRUE(WIFEXITED(*st) && WEXITSTATUS(*st) == 0) << launch_.out() << launch_.err();
