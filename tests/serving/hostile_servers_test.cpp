@@ -189,6 +189,10 @@ TEST(HostileBinaryPort, APlainClientCannotChangeAServedRow) {
 TEST(HostileHttpPort, RepeatedKeysCannotAmplifyAReply) {
   connection_settings roomy = small_settings();
   roomy.max_buffered_bytes = uint64_t{1} << 30;
+  // A 7 MB body: small_settings' 500 ms request deadline (the slowloris
+  // tests') cut it once under ASan on a loaded machine, before the 413.
+  roomy.request_timeout = 30s;
+  roomy.idle_timeout = 30s;
   node n(service_limits{1u << 20}, roomy);
   const uint64_t hwm_before = hostile::proc_status("VmHWM");
   std::string body = "{\"table\":\"ads\",\"keys\":[";
