@@ -131,13 +131,7 @@ TEST(DrainFailure, KillingTheSuccessorsNodeBeforeTheFenceAbandonsTheDrainAndTrai
 
   // Training goes on.
   const uint64_t before = st["training"]["examples"].get<uint64_t>();
-  ASSERT_TRUE(poll_until(
-      [&] {
-        auto now = c.status();
-        return !c.launch().running() ||
-               (now.is_object() && now["training"]["examples"].get<uint64_t>() > before);
-      },
-      deadline_s));
+  ASSERT_NO_FATAL_FAILURE(c.wait_for_more_training(before));
   ASSERT_TRUE(c.launch().running()) << c.launch().out() << c.launch().err();
 
   c.stop_cleanly();

@@ -131,13 +131,7 @@ void drain_while_training(bool pass) {
 
   // Training goes on without n2.
   const uint64_t before = st["training"]["examples"].get<uint64_t>();
-  ASSERT_TRUE(poll_until(
-      [&] {
-        auto now = c.status();
-        return !c.launch().running() ||
-               (now.is_object() && now["training"]["examples"].get<uint64_t>() > before);
-      },
-      deadline_s));
+  ASSERT_NO_FATAL_FAILURE(c.wait_for_more_training(before));
   // Under ASan the one-epoch run can train to its end by itself before
   // here (it did in CI): training went on to the end, which must be a
   // clean exit; the checkpoint's exact sums below check what it trained.
@@ -220,13 +214,7 @@ TEST(Drain, ADrainedStandbyNodeStartedAgainJoinsAgainAndTakesShards) {
   EXPECT_GT(st["shards"][4]["partition_count"].get<uint64_t>(), 0u) << st.dump();
   EXPECT_TRUE(fs::exists(d / "ssd-n3" / "shard-4" / "data.mdb"));
   const uint64_t before = st["training"]["examples"].get<uint64_t>();
-  ASSERT_TRUE(poll_until(
-      [&] {
-        auto now = c.status();
-        return !c.launch().running() ||
-               (now.is_object() && now["training"]["examples"].get<uint64_t>() > before);
-      },
-      deadline_s));
+  ASSERT_NO_FATAL_FAILURE(c.wait_for_more_training(before));
 
   c.stop_cleanly();
   auto ended = again->wait(deadline_s);

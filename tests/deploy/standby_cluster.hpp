@@ -157,6 +157,17 @@ class standby_cluster {
     ASSERT_TRUE(node.running()) << node.out() << node.err();
     ASSERT_TRUE(launch_.running()) << launch_.out() << launch_.err();
   }
+  // Waits until training has trained more than `before` examples (status),
+  // or the launch ended (the caller says whether that may be).
+  void wait_for_more_training(uint64_t before) {
+    ASSERT_TRUE(poll_until(
+        [&] {
+          auto now = status();
+          return !launch_.running() ||
+                 (now.is_object() && now["training"]["examples"].get<uint64_t>() > before);
+        },
+        deadline_s));
+  }
   // `strata stop`, then every node of the launch exits 0. A one-epoch run
   // may end by itself before the stop reaches it (CI's ASan stage once
   // took 118 s for a drain test whose epoch lasts about that long): its

@@ -204,13 +204,7 @@ void scale_onto_standby(bool pass) {
   EXPECT_TRUE(fs::exists(d / "ssd-n3" / "shard-3" / "data.mdb"));
   EXPECT_TRUE(fs::exists(d / "ssd-n3" / "shard-4" / "data.mdb"));
   const uint64_t before = st5["training"]["examples"].get<uint64_t>();
-  ASSERT_TRUE(poll_until(
-      [&] {
-        auto st = c.status();
-        return !c.launch().running() ||
-               (st.is_object() && st["training"]["examples"].get<uint64_t>() > before);
-      },
-      deadline_s));
+  ASSERT_NO_FATAL_FAILURE(c.wait_for_more_training(before));
 
   c.stop_cleanly();
   auto st = n3->wait(deadline_s);
