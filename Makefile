@@ -11,8 +11,12 @@ deps:
 deps-bench:
 	@bash deploy/install-deps.sh --bench
 
+# Ninja where it is installed (make deps installs it), for a new build folder
+# only: a folder keeps the generator it was made with.
+GENERATOR := $(shell [ ! -f $(BUILD)/CMakeCache.txt ] && command -v ninja >/dev/null && echo -G Ninja)
+
 configure: deps
-	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_FLAGS) >/dev/null
+	@cmake -S . -B $(BUILD) $(GENERATOR) -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_FLAGS) >/dev/null
 
 build: configure
 	@cmake --build $(BUILD) -j $(JOBS)

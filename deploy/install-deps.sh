@@ -9,7 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(cmake g++ make pkg-config git libcaf-dev libucx-dev ucx-utils liblmdb-dev lmdb-utils
+packages=(cmake g++ make ninja-build lld pkg-config git libcaf-dev libucx-dev ucx-utils liblmdb-dev lmdb-utils
   prometheus-cpp-dev prometheus libboost-dev libyaml-cpp-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev libxxhash-dev libcli11-dev iproute2 curl
   libssl-dev

@@ -33,7 +33,9 @@ sanitize_dir="$source_dir/tests/sanitize"
 cxx=${CXX:-g++}
 timeout_factor=${SANITIZE_TIMEOUT_FACTOR:-3}
 
-# -O1 -g1: fast enough to build on two cores, line numbers in reports.
+# -O1 -g1: fast enough to build on two cores, line numbers in reports. The
+# test executables' own sources get -O0 (STRATA_TEST_CXX_FLAGS): 40% less
+# compile time, and the code under test keeps -O1.
 common_flags="-O1 -g1 -fno-omit-frame-pointer"
 case "$mode" in
   asan)
@@ -70,6 +72,16 @@ tsan_binaries=(strata transport_node strata_client_py)
 # minutes of the 15-minute budget; the actor code they drive runs in the
 # same run's exact-sum, checkpoint and scaling tests.
 tsan_excluded='^(PlantedModel\.|ScaleDuringTraining\.HeldOutAuc)'
+# Left out of the ASan run: the variants of the multi-process elastic-cluster
+# tests (drain, standby nodes, remote scaling, drain failures) and the
+# three-node scaling bench. Under ASan each takes one to two minutes of
+# CI's budget; together about 12.5 CPU-minutes, a third of the run. Two of
+# them stay, so the code they share runs under ASan in one process per node:
+# Standby.ScalePlacesShardsOnAJoinedStandbyNodeWithExactSums (spawn over the
+# transport, migration across nodes, exact sums) and
+# Drain.ANodeHostingOnlyShardsLeavesWhileTrainingGoesOnWithExactSums (drain,
+# retire, leave). The left-out ones run in every `make test`.
+asan_excluded='^(RemoteScale\.|DrainFailure\.|Drain\..*PassMode$|Drain\.ADrainedStandby|Standby\..*PassMode$|Standby\.(Refused|NodeJoins|AKilled)|cli_bench_scale_nodes3_smoke$)'
 
 
 # ---------------------------------------------------------------- configure
@@ -106,6 +118,7 @@ cmake -S "$source_dir" -B "$build" "${generator[@]}" \
   -DCMAKE_BUILD_TYPE=None \
   -DCMAKE_CXX_COMPILER="$cxx" \
   -DSTRATA_TEST_TIMEOUT_FACTOR="$timeout_factor" \
+  -DSTRATA_TEST_CXX_FLAGS=-O0 \
   -DCMAKE_CXX_FLAGS="$common_flags $san_flags" \
   -DCMAKE_EXE_LINKER_FLAGS="$san_flags $linker_flags" \
   -DCMAKE_SHARED_LINKER_FLAGS="$san_flags $linker_flags" "${caf_options[@]}" >"$build/sanitize-configure.log" \
@@ -152,7 +165,8 @@ if [[ "$mode" == asan ]]; then
   export ASAN_OPTIONS="halt_on_error=1:detect_leaks=1:log_path=$reports/asan:$report_options"
   export LSAN_OPTIONS="suppressions=$sanitize_dir/lsan.supp:print_suppressions=0"
   export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:$report_options"
-  selection="the whole suite except label long"
+  ctest_args+=(-E "$asan_excluded")
+  selection="the whole suite except label long and $asan_excluded"
 else
   # halt_on_error=0: every race of a run is reported (the process still exits
   # 86 at its end if there was one).
