@@ -36,7 +36,7 @@ test-long: build
 	@$(call ctest_with_skips,-L long,ctest-long-junit.xml)
 
 # Every fuzz target for a bounded time each (FUZZ_SECONDS), in build-fuzz/.
-FUZZ_SECONDS ?= 30
+FUZZ_SECONDS ?= 20
 fuzz: deps
 	@bash tests/fuzz/run.sh build-fuzz $(FUZZ_SECONDS)
 
