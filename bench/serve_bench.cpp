@@ -10,10 +10,13 @@
 // clang-format on
 
 #include <algorithm>
+#include <atomic>
 #include <boost/asio.hpp>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
+#include <functional>
 #include <iostream>
 #include <random>
 #include <stdexcept>
@@ -262,6 +265,52 @@ class loopback_stream {
   std::thread thread_;
 };
 
+// Several clients at once: `lookups[0..clients)` each run on their own
+// thread (each owns its connection) for about `seconds`, starting together;
+// returns the keys/s of all of them together. An exception on a client's
+// thread is rethrown here.
+using lookup_fn = std::function<void(const std::vector<uint64_t>&)>;
+double concurrent_keys_per_s(std::vector<lookup_fn>& lookups, size_t clients, uint32_t batch,
+                             uint64_t rows, double seconds) {
+  std::atomic<uint64_t> keys{0};
+  std::atomic<size_t> ready{0};
+  std::atomic<bool> go{false};
+  std::vector<std::exception_ptr> errors(clients);
+  std::vector<std::thread> threads;
+  for (size_t c = 0; c < clients; ++c) {
+    threads.emplace_back([&, c] {
+      try {
+        std::mt19937_64 rng(uint64_t(batch) * 131 + c);
+        std::vector<std::vector<uint64_t>> batches(16, std::vector<uint64_t>(batch));
+        for (auto& b : batches)
+          for (auto& k : b) k = key_of(rng() % rows);
+        lookups[c](batches[0]);  // a warm connection
+        ready.fetch_add(1);
+        while (!go.load()) std::this_thread::yield();
+        const auto t0 = bench_clock::now();
+        uint64_t mine = 0;
+        for (size_t i = 0; std::chrono::duration<double>(bench_clock::now() - t0).count() < seconds;
+             ++i) {
+          lookups[c](batches[i % batches.size()]);
+          mine += batch;
+        }
+        keys.fetch_add(mine);
+      } catch (...) {
+        errors[c] = std::current_exception();
+        ready.fetch_add(1);
+      }
+    });
+  }
+  while (ready.load() < clients) std::this_thread::sleep_for(std::chrono::microseconds(100));
+  const auto start = bench_clock::now();
+  go.store(true);
+  for (auto& t : threads) t.join();
+  const double took = std::chrono::duration<double>(bench_clock::now() - start).count();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+  return double(keys.load()) / took;
+}
+
 }  // namespace
 
 void run_serve_bench(const serve_bench_options& o, bench_report& report) {
@@ -446,6 +495,61 @@ void run_serve_bench(const serve_bench_options& o, bench_report& report) {
                 served.keys_per_s()});
     report.add({"serve_ucx_p99_over_p50_b" + b,
                 over_ucx.percentile(0.99) / over_ucx.percentile(0.5), "x", "target_max", 2.0});
+  }
+  // Several clients at once, each on its own connection and thread (the
+  // server answers each connection on a thread of its own), at batch 1024:
+  // all clients' keys/s together against one client in the same rounds
+  // (what the serving path's locks let through), and against Redis with as
+  // many connections. The client threads share this machine's cores with
+  // the server's.
+  {
+    constexpr uint32_t batch = 1024;
+    const std::vector<size_t> client_counts = o.small ? std::vector<size_t>{2}
+                                                      : std::vector<size_t>{2, 4};
+    const size_t most = client_counts.back();
+    std::vector<lookup_fn> ours, theirs;
+    for (size_t c = 0; c < most; ++c) {
+      auto conn = client::serving_client::connect({{{"127.0.0.1", server.port()}}});
+      if (!conn) throw std::runtime_error(conn.err().to_string());
+      auto shared = std::make_shared<client::serving_client>(std::move(*conn));
+      ours.push_back([shared, got = std::make_shared<client::rows>()](
+                         const std::vector<uint64_t>& k) {
+        auto ok = shared->lookup_into("bench", k, *got);
+        if (!ok) throw std::runtime_error(ok.err().to_string());
+        if (got->versions.size() != k.size())
+          throw std::runtime_error("serving returned a short reply");
+      });
+      if (!rc) continue;
+      auto r = std::make_shared<redis_connection>(redis.port);
+      theirs.push_back([r](const std::vector<uint64_t>& k) {
+        std::vector<std::string> names(k.size());
+        std::vector<std::string_view> args{"MGET"};
+        for (size_t i = 0; i < k.size(); ++i) {
+          names[i] = std::to_string(k[i]);
+          args.push_back(names[i]);
+        }
+        r->append_command(args);
+        r->flush();
+        std::string values;
+        size_t count = 0;
+        r->read_reply(values, count);
+        if (count != k.size()) throw std::runtime_error("redis: MGET returned too few values");
+      });
+    }
+    for (size_t clients : client_counts) {
+      std::vector<double> one, many, red;
+      for (int round = 0; round < rounds; ++round) {
+        one.push_back(concurrent_keys_per_s(ours, 1, batch, rows, seconds / rounds));
+        many.push_back(concurrent_keys_per_s(ours, clients, batch, rows, seconds / rounds));
+        if (!theirs.empty())
+          red.push_back(concurrent_keys_per_s(theirs, clients, batch, rows, seconds / rounds));
+      }
+      const std::string name = "serve_keys_per_s_b1024_clients" + std::to_string(clients);
+      report.add({name, samples::median(many), "keys/s", "serve_1_client", samples::median(one)});
+      if (!red.empty())
+        report.add({name, samples::median(many), "keys/s", "redis_mget_same_clients",
+                    samples::median(red)});
+    }
   }
   ucx->reset();
   ucx_endpoint.stop();

@@ -19,7 +19,10 @@
 // serve_p99_us_bB / serve_p999_us_bB (baseline redis), serve_p99_over_p50_bB
 // (target 2), serve_pipelined_keys_per_s_bB (the same lookups through
 // serving_client::lookup_pipelined, up to 4 in flight; baseline
-// loopback_stream). Batches draw keys uniformly from the
+// loopback_stream), serve_keys_per_s_b1024_clientsN (N clients at once, each
+// on its own connection and thread; baselines serve_1_client, one client in
+// the same rounds, and redis_mget_same_clients, Redis with N connections).
+// Batches draw keys uniformly from the
 // loaded rows; every row is cache-resident after the first pass.
 #pragma once
 
