@@ -96,7 +96,12 @@ TEST(Checkpoint, StopAndResumeIsBitExact) {
 }
 
 // (2) Many workers (3, max in-flight 2): stop half-way, resume, and reach
-// the uninterrupted run's held-out AUC within 0.01.
+// the uninterrupted run's held-out AUC less 0.01. Three async workers
+// interleave their pushes differently in every run, so two runs of one
+// configuration differ; a resumed run came out 0.0113 *above* the
+// uninterrupted one under ASan (CI's timing). What a checkpoint must not do
+// is lose training, which shows as a lower AUC; the upper bound (0.03) only
+// says it is the same model.
 TEST(Checkpoint, ManyWorkersResumeToTheSameAuc) {
   temp_dir dir;
   const auto data = generate_data(dir.path());
@@ -120,7 +125,8 @@ TEST(Checkpoint, ManyWorkersResumeToTheSameAuc) {
   ASSERT_TRUE(rb2) << rb2.err().to_string();
   EXPECT_EQ(rb1->examples + rb2->examples, ra->examples);
   EXPECT_GT(ra->heldout_auc, 0.6);
-  EXPECT_NEAR(rb2->heldout_auc, ra->heldout_auc, 0.01);
+  EXPECT_GE(rb2->heldout_auc, ra->heldout_auc - 0.01);
+  EXPECT_NEAR(rb2->heldout_auc, ra->heldout_auc, 0.03);
 }
 
 // A checkpoint of a short run with two shards.
