@@ -110,6 +110,23 @@ class redis_connection {
     asio::write(socket_, asio::buffer(out_));
     out_.clear();
   }
+  // One MGET of `keys` (named by their decimal form); `names` and `values`
+  // are the caller's scratch. Throws unless every key got its value.
+  void mget(const std::vector<uint64_t>& keys, std::vector<std::string>& names,
+            std::string& values) {
+    names.resize(keys.size());
+    std::vector<std::string_view> args{"MGET"};
+    for (size_t i = 0; i < keys.size(); ++i) {
+      names[i] = std::to_string(keys[i]);
+      args.push_back(names[i]);
+    }
+    append_command(args);
+    flush();
+    values.clear();
+    size_t count = 0;
+    read_reply(values, count);
+    if (count != keys.size()) throw std::runtime_error("redis: MGET returned too few values");
+  }
   // Reads one reply; bulk strings' bytes are appended to `values`.
   void read_reply(std::string& values, size_t& count) {
     const std::string line = read_line();
@@ -459,20 +476,8 @@ void run_serve_bench(const serve_bench_options& o, bench_report& report) {
         (void)dram.lookup(k, rows_span{out.data(), layout.record_bytes()}, misses);
       });
       if (!rc) continue;
-      measure(rows, batch, seconds / rounds, red, [&](const std::vector<uint64_t>& k) {
-        names.resize(k.size());
-        std::vector<std::string_view> args{"MGET"};
-        for (size_t i = 0; i < k.size(); ++i) {
-          names[i] = std::to_string(k[i]);
-          args.push_back(names[i]);
-        }
-        rc->append_command(args);
-        rc->flush();
-        values.clear();
-        size_t count = 0;
-        rc->read_reply(values, count);
-        if (count != k.size()) throw std::runtime_error("redis: MGET returned too few values");
-      });
+      measure(rows, batch, seconds / rounds, red,
+              [&](const std::vector<uint64_t>& k) { rc->mget(k, names, values); });
     }
     if (checksum == 0) throw std::runtime_error("serving returned no rows");
     const double p50 = served.percentile(0.5), p99 = served.percentile(0.99);
@@ -521,20 +526,8 @@ void run_serve_bench(const serve_bench_options& o, bench_report& report) {
       });
       if (!rc) continue;
       auto r = std::make_shared<redis_connection>(redis.port);
-      theirs.push_back([r](const std::vector<uint64_t>& k) {
-        std::vector<std::string> names(k.size());
-        std::vector<std::string_view> args{"MGET"};
-        for (size_t i = 0; i < k.size(); ++i) {
-          names[i] = std::to_string(k[i]);
-          args.push_back(names[i]);
-        }
-        r->append_command(args);
-        r->flush();
-        std::string values;
-        size_t count = 0;
-        r->read_reply(values, count);
-        if (count != k.size()) throw std::runtime_error("redis: MGET returned too few values");
-      });
+      theirs.push_back([r, names = std::vector<std::string>(), values = std::string()](
+                           const std::vector<uint64_t>& k) mutable { r->mget(k, names, values); });
     }
     for (size_t clients : client_counts) {
       std::vector<double> one, many, red;
