@@ -45,6 +45,17 @@ uint64_t key_of(uint64_t i) {  // splitmix64: real 64-bit keys
   return z ^ (z >> 31);
 }
 
+// `count` batches of `batch` keys drawn uniformly from the `rows` loaded
+// rows, the same for the same seed.
+std::vector<std::vector<uint64_t>> random_batches(uint64_t rows, uint32_t batch, size_t count,
+                                                  uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<std::vector<uint64_t>> batches(count, std::vector<uint64_t>(batch));
+  for (auto& b : batches)
+    for (auto& k : b) k = key_of(rng() % rows);
+  return batches;
+}
+
 // One system's samples over the rounds of a batch size.
 struct samples {
   std::vector<double> latencies_us;  // every request of every round
@@ -69,10 +80,7 @@ struct samples {
 // flight) and adds the round to `out`.
 template <class F>
 void measure(uint64_t rows, uint32_t batch, double seconds, samples& out, F&& one) {
-  std::mt19937_64 rng(batch);
-  std::vector<std::vector<uint64_t>> batches(64, std::vector<uint64_t>(batch));
-  for (auto& b : batches)
-    for (auto& k : b) k = key_of(rng() % rows);
+  const auto batches = random_batches(rows, batch, 64, batch);
   std::vector<double> latencies;
   for (int w = 0; w < 3; ++w) one(batches[w % batches.size()]);  // warm connections and caches
   const auto start = bench_clock::now();
@@ -297,10 +305,7 @@ double concurrent_keys_per_s(std::vector<lookup_fn>& lookups, size_t clients, ui
   for (size_t c = 0; c < clients; ++c) {
     threads.emplace_back([&, c] {
       try {
-        std::mt19937_64 rng(uint64_t(batch) * 131 + c);
-        std::vector<std::vector<uint64_t>> batches(16, std::vector<uint64_t>(batch));
-        for (auto& b : batches)
-          for (auto& k : b) k = key_of(rng() % rows);
+        const auto batches = random_batches(rows, batch, 16, uint64_t(batch) * 131 + c);
         lookups[c](batches[0]);  // a warm connection
         ready.fetch_add(1);
         while (!go.load()) std::this_thread::yield();
@@ -420,12 +425,7 @@ void run_serve_bench(const serve_bench_options& o, bench_report& report) {
   for (uint32_t batch : batch_sizes) {
     const std::string b = std::to_string(batch);
     samples served, in_process, red, over_ucx, wire_limit, pipelined;
-    std::vector<std::vector<uint64_t>> pipeline_batches(64, std::vector<uint64_t>(batch));
-    {
-      std::mt19937_64 rng(batch + 1);
-      for (auto& pb : pipeline_batches)
-        for (auto& k : pb) k = key_of(rng() % rows);
-    }
+    const auto pipeline_batches = random_batches(rows, batch, 64, batch + 1);
     // A lookup reply's bytes on the socket: frame header, dim and n, then
     // per key its version and weights.
     loopback_stream loopback(24 + 8 + size_t{batch} * (8 + dim * 4));
@@ -517,11 +517,10 @@ void run_serve_bench(const serve_bench_options& o, bench_report& report) {
       auto conn = client::serving_client::connect({{{"127.0.0.1", server.port()}}});
       if (!conn) throw std::runtime_error(conn.err().to_string());
       auto shared = std::make_shared<client::serving_client>(std::move(*conn));
-      ours.push_back([shared, got = std::make_shared<client::rows>()](
-                         const std::vector<uint64_t>& k) {
-        auto ok = shared->lookup_into("bench", k, *got);
+      ours.push_back([shared, got = client::rows()](const std::vector<uint64_t>& k) mutable {
+        auto ok = shared->lookup_into("bench", k, got);
         if (!ok) throw std::runtime_error(ok.err().to_string());
-        if (got->versions.size() != k.size())
+        if (got.versions.size() != k.size())
           throw std::runtime_error("serving returned a short reply");
       });
       if (!rc) continue;

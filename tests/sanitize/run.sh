@@ -91,18 +91,14 @@ asan_unbuilt=(remote_scale_test drain_failure_test cluster_ops_test)
 
 # ---------------------------------------------------------------- configure
 # No CUDA (the device tests skip under a sanitizer anyway), no build type
-# flags of CMake's own: ours only. lld links the many test executables
-# faster than ld.bfd.
+# flags of CMake's own: ours only. (CMakeLists.txt links with lld where it is
+# installed, STRATA_USE_LLD.)
 generator=()
 if command -v ninja >/dev/null; then
   generator=(-G Ninja)
   if [[ -f "$build/CMakeCache.txt" ]] && ! grep -q '^CMAKE_GENERATOR:INTERNAL=Ninja$' "$build/CMakeCache.txt"; then
     rm -rf "$build"
   fi
-fi
-linker_flags=""
-if command -v ld.lld >/dev/null; then
-  linker_flags="-fuse-ld=lld"
 fi
 caf_options=()
 if [[ "$mode" == tsan ]]; then
@@ -125,8 +121,8 @@ cmake -S "$source_dir" -B "$build" "${generator[@]}" \
   -DSTRATA_TEST_TIMEOUT_FACTOR="$timeout_factor" \
   -DSTRATA_TEST_CXX_FLAGS=-O0 \
   -DCMAKE_CXX_FLAGS="$common_flags $san_flags" \
-  -DCMAKE_EXE_LINKER_FLAGS="$san_flags $linker_flags" \
-  -DCMAKE_SHARED_LINKER_FLAGS="$san_flags $linker_flags" "${caf_options[@]}" >"$build/sanitize-configure.log" \
+  -DCMAKE_EXE_LINKER_FLAGS="$san_flags" \
+  -DCMAKE_SHARED_LINKER_FLAGS="$san_flags" "${caf_options[@]}" >"$build/sanitize-configure.log" \
   || { cat "$build/sanitize-configure.log"; exit 1; }
 
 # -------------------------------------------------------------------- build
