@@ -35,11 +35,11 @@
 #include <optional>
 #include <vector>
 
-#include "actors/push_gate.hpp"
 #include "actors/config.hpp"
 #include "actors/local_cluster.hpp"
 #include "actors/partition_map.hpp"
 #include "actors/protocol.hpp"
+#include "actors/push_gate.hpp"
 #include "actors/training_protocol.hpp"
 #include "actors/worker_actor.hpp"
 #include "common/error.hpp"
@@ -59,6 +59,10 @@ using progress_sink = std::function<void(const training_progress&)>;
 // is refused.
 struct shard_factory {
   std::function<expected<shard_actor>(uint32_t index, const std::string& node)> spawn;
+  // spawn may wait on another node (multi-node): it then runs off the
+  // coordinator's thread. In one process it returns at once and runs
+  // inline, so a deterministic scheduler's run stays deterministic.
+  bool spawn_waits = false;
   std::function<void(uint32_t index)> remove_files;
   // Draining a node (multi-node only; unset: drains are refused): a
   // successor of shard `index` on `node`; end_rehome retires the old shard

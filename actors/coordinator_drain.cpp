@@ -63,39 +63,71 @@ caf::typed_response_promise<scale_result> start_drain(
   job.shards = s.peers.shards;
   job.old.resize(current);
   job.what = what;
-  for (size_t k = 0; k < indices.size(); ++k) {
-    const uint32_t i = indices[k];
-    auto spawned = s.peers.factory.spawn_successor(i, destinations[k]);
-    if (!spawned) {
-      // Nothing moved yet: the successors spawned so far go, the map stays.
-      for (uint32_t j : job.rehomed) {
-        self->unlink_from(job.shards[j]);
-        s.peers.factory.end_rehome(j, false);
-      }
-      return refuse("spawning the successor of shard " + std::to_string(i) + " on node '" +
-                    destinations[k] + "' failed (the drain is abandoned; training goes on): " +
-                    spawned.err().message());
-    }
-    self->link_to(*spawned);  // it stops with the cluster
-    job.old[i] = job.shards[i];
-    job.shards[i] = *spawned;
-    job.rehomed.push_back(i);
-  }
-  std::vector<migration_order> orders(current);
-  for (uint32_t p = 0; p < s.plan.map.partitions(); ++p) {
-    const uint32_t from = s.plan.map.owner(p);
-    if (!job.old[from]) continue;  // not moving
-    orders[from].epoch = job.next.epoch();
-    orders[from].partitions.push_back(p);
-    orders[from].destinations.push_back(caf::actor_cast<caf::actor>(job.shards[from]));
-    ++job.result.moved_partitions;
-  }
-  for (uint32_t i : job.rehomed)
-    if (!orders[i].partitions.empty()) job.sources.push_back(i);
   job.promise = promise;
   s.scaling = std::move(job);
-  start_copies(self, s.scaling->old, orders);
+  spawn_successor(self, indices, destinations, 0);
   return promise;
+}
+
+// The successor of the k-th shard to move (off the coordinator's thread,
+// run_spawn), then the next; after the last, the copies start. A
+// failure abandons the drain before anything moved: the successors spawned
+// so far go, the map stays, training goes on.
+void spawn_successor(coordinator_pointer self, std::vector<uint32_t> indices,
+                     std::vector<std::string> destinations, size_t k) {
+  auto& s = self->state;
+  if (k == indices.size()) {
+    auto& job = *s.scaling;
+    const uint32_t current = static_cast<uint32_t>(job.old.size());
+    std::vector<migration_order> orders(current);
+    for (uint32_t p = 0; p < s.plan.map.partitions(); ++p) {
+      const uint32_t from = s.plan.map.owner(p);
+      if (!job.old[from]) continue;  // not moving
+      orders[from].epoch = job.next.epoch();
+      orders[from].partitions.push_back(p);
+      orders[from].destinations.push_back(caf::actor_cast<caf::actor>(job.shards[from]));
+      ++job.result.moved_partitions;
+    }
+    for (uint32_t i : job.rehomed)
+      if (!orders[i].partitions.empty()) job.sources.push_back(i);
+    start_copies(self, job.old, orders);
+    return;
+  }
+  const uint32_t i = indices[k];
+  const std::string node = destinations[k];
+  auto spawn = [spawn = s.peers.factory.spawn_successor, i, node] { return spawn(i, node); };
+  run_spawn(
+      self, true, spawn, [self, indices, destinations, k](shard_actor successor, std::string why) {
+        auto& s = self->state;
+        const uint32_t i = indices[k];
+        if (s.failed || !s.scaling) {
+          // The run failed meanwhile (its drain with it): the successor goes.
+          if (successor) s.peers.factory.end_rehome(i, false);
+          return;
+        }
+        auto& job = *s.scaling;
+        if (!successor) {
+          for (uint32_t j : job.rehomed) {
+            self->unlink_from(job.shards[j]);
+            s.peers.factory.end_rehome(j, false);
+          }
+          auto promise = job.promise;
+          auto resume = std::move(job.resume);
+          const std::string what = job.what;
+          s.scaling.reset();
+          promise.deliver(caf::make_error(
+              caf::sec::invalid_argument,
+              what + "spawning the successor of shard " + std::to_string(i) + " on node '" +
+                  destinations[k] + "' failed (the drain is abandoned; training goes on): " + why));
+          if (resume) resume();
+          return;
+        }
+        self->link_to(successor);  // it stops with the cluster
+        job.old[i] = job.shards[i];
+        job.shards[i] = successor;
+        job.rehomed.push_back(i);
+        spawn_successor(self, indices, destinations, k + 1);
+      });
 }
 
 // A copy failed before the fence: the successors are retired on their

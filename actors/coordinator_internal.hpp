@@ -130,13 +130,25 @@ void start_copies(coordinator_pointer self, const std::vector<shard_actor>& from
                   const std::vector<migration_order>& orders);
 void retire_new_shards(coordinator_pointer self, const std::vector<shard_actor>& shards,
                        uint32_t first, uint32_t end);
+// Runs `spawn` (a shard factory call) and then `done` in the coordinator
+// with the shard, or a null handle and why not. A spawn that `waits` (on
+// another node, for up to node_spawner's 120 s) runs on a thread of its
+// own, never the coordinator's: training, status and stops go on meanwhile
+// (checkpoints wait for the scale, as during its copy). Otherwise both run
+// at once, inline.
+void run_spawn(coordinator_pointer self, bool waits, std::function<expected<shard_actor>()> spawn,
+               std::function<void(shard_actor, std::string)> done);
+void spawn_new_shard(coordinator_pointer self, uint32_t current, uint32_t i,
+                     std::vector<std::string> placement);
 bool training_running(const coordinator_state& s);
 
 // coordinator_drain.cpp
-caf::typed_response_promise<scale_result> start_drain(
-    coordinator_pointer self, const std::vector<uint32_t>& indices,
-    const std::vector<std::string>& destinations);
+caf::typed_response_promise<scale_result> start_drain(coordinator_pointer self,
+                                                      const std::vector<uint32_t>& indices,
+                                                      const std::vector<std::string>& destinations);
 void abandon_drain(coordinator_pointer self);
+void spawn_successor(coordinator_pointer self, std::vector<uint32_t> indices,
+                     std::vector<std::string> destinations, size_t k);
 // Abandons the running scale or drain: commits the current map again at a
 // new epoch to every shard and cache tier (every source forgets its
 // migration), then fails the request with why(map, job) and resumes a cut
@@ -145,7 +157,7 @@ void recommit_and_fail(
     coordinator_pointer self,
     std::function<std::string(const partition_map&, const coordinator_state::scaling_job&)> why);
 
-caf::typed_response_promise<scale_result> start_scale(coordinator_pointer self, uint32_t target,
-                                                      const std::vector<std::string>& placement = {});
+caf::typed_response_promise<scale_result> start_scale(
+    coordinator_pointer self, uint32_t target, const std::vector<std::string>& placement = {});
 
 }  // namespace strata::actors::coordinator_impl

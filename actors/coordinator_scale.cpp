@@ -161,13 +161,14 @@ void abandon_scale(coordinator_pointer self) {
   job.committing = true;  // no fence for this one
   const uint32_t current = static_cast<uint32_t>(s.peers.shards.size());
   retire_new_shards(self, job.shards, current, static_cast<uint32_t>(job.shards.size()));
-  recommit_and_fail(self, [self](const partition_map& same, const coordinator_state::scaling_job& job) {
-    return "cannot scale cluster '" + self->state.plan.cluster + "' to " +
-           std::to_string(job.next.shards()) +
-           " shards: copying partitions failed (the scale is abandoned; " +
-           std::to_string(same.shards()) + " shards keep training at map epoch " +
-           std::to_string(same.epoch()) + "): " + job.copy_failure;
-  });
+  recommit_and_fail(self,
+                    [self](const partition_map& same, const coordinator_state::scaling_job& job) {
+                      return "cannot scale cluster '" + self->state.plan.cluster + "' to " +
+                             std::to_string(job.next.shards()) +
+                             " shards: copying partitions failed (the scale is abandoned; " +
+                             std::to_string(same.shards()) + " shards keep training at map epoch " +
+                             std::to_string(same.epoch()) + "): " + job.copy_failure;
+                    });
 }
 
 void recommit_and_fail(
@@ -255,33 +256,101 @@ caf::typed_response_promise<scale_result> start_scale(coordinator_pointer self, 
   coordinator_state::scaling_job job;
   job.next = s.plan.map.rebalanced(target);
   job.shards = s.peers.shards;
-  for (uint32_t i = current; i < target; ++i) {
-    auto spawned = s.peers.factory.spawn(i, i < placement.size() ? placement[i] : std::string());
-    if (!spawned) {
-      // Abandoned before anything moved: the new shards go with their
-      // files, the half-made one's too; the map stays, training goes on.
-      retire_new_shards(self, job.shards, current, i + 1);
-      return refuse("spawning shard " + std::to_string(i) + " failed (the scale is abandoned; " +
-                    std::to_string(current) + " shards keep training): " + spawned.err().message());
-    }
-    self->link_to(*spawned);  // they stop with the cluster
-    job.shards.push_back(*spawned);
-  }
-  std::vector<migration_order> orders(job.shards.size());
-  for (uint32_t p = 0; p < partitions; ++p) {
-    const uint32_t from = s.plan.map.owner(p), to = job.next.owner(p);
-    if (from == to) continue;
-    orders[from].epoch = job.next.epoch();
-    orders[from].partitions.push_back(p);
-    orders[from].destinations.push_back(caf::actor_cast<caf::actor>(job.shards[to]));
-    ++job.result.moved_partitions;
-  }
-  for (uint32_t i = 0; i < orders.size(); ++i)
-    if (!orders[i].partitions.empty()) job.sources.push_back(i);
   job.promise = promise;
   s.scaling = std::move(job);
-  start_copies(self, s.scaling->shards, orders);
+  spawn_new_shard(self, current, current, placement);
   return promise;
+}
+
+void run_spawn(coordinator_pointer self, bool waits, std::function<expected<shard_actor>()> spawn,
+               std::function<void(shard_actor, std::string)> done) {
+  if (!waits) {
+    auto spawned = spawn();
+    if (spawned)
+      done(*spawned, std::string());
+    else
+      done(shard_actor(), spawned.err().message());
+    return;
+  }
+  auto helper =
+      self->home_system().spawn<caf::detached>([spawn](caf::event_based_actor* h) -> caf::behavior {
+        return {[h, spawn](scale_atom) {
+          auto reply = h->make_response_promise();
+          auto spawned = spawn();
+          if (spawned)
+            reply.deliver(caf::actor_cast<caf::actor>(*spawned), std::string());
+          else
+            reply.deliver(caf::actor(), spawned.err().message());
+          h->quit();
+        }};
+      });
+  self->request(helper, caf::infinite, scale_atom::value)
+      .then(
+          [done](caf::actor spawned, std::string why) {
+            done(caf::actor_cast<shard_actor>(spawned), std::move(why));
+          },
+          [self, done](caf::error& err) { done(shard_actor(), self->system().render(err)); });
+}
+
+// Shard i of the running scale (current <= i < target), then the next one;
+// after the last (at once for a scale down), the copies start. A failure
+// abandons the scale before anything moved: the new shards go with their
+// files, the half-made one's too; the map stays and training goes on.
+void spawn_new_shard(coordinator_pointer self, uint32_t current, uint32_t i,
+                     std::vector<std::string> placement) {
+  auto& s = self->state;
+  const uint32_t target = s.scaling->next.shards();
+  if (i >= target) {
+    auto& job = *s.scaling;
+    const uint32_t partitions = s.plan.map.partitions();
+    std::vector<migration_order> orders(job.shards.size());
+    for (uint32_t p = 0; p < partitions; ++p) {
+      const uint32_t from = s.plan.map.owner(p), to = job.next.owner(p);
+      if (from == to) continue;
+      orders[from].epoch = job.next.epoch();
+      orders[from].partitions.push_back(p);
+      orders[from].destinations.push_back(caf::actor_cast<caf::actor>(job.shards[to]));
+      ++job.result.moved_partitions;
+    }
+    for (uint32_t k = 0; k < orders.size(); ++k)
+      if (!orders[k].partitions.empty()) job.sources.push_back(k);
+    start_copies(self, job.shards, orders);
+    return;
+  }
+  const std::string node = i < placement.size() ? placement[i] : std::string();
+  auto spawn = [spawn = s.peers.factory.spawn, i, node] { return spawn(i, node); };
+  run_spawn(self, s.peers.factory.spawn_waits, spawn,
+            [self, current, i, placement](shard_actor shard, std::string why) {
+              auto& s = self->state;
+              if (s.failed || !s.scaling) {
+                // The run failed meanwhile (its scale with it): this shard goes too.
+                if (shard) {
+                  std::vector<shard_actor> orphan(i + 1);
+                  orphan[i] = shard;
+                  retire_new_shards(self, orphan, i, i + 1);
+                }
+                return;
+              }
+              auto& job = *s.scaling;
+              if (!shard) {
+                retire_new_shards(self, job.shards, current, i + 1);
+                auto promise = job.promise;
+                auto resume = std::move(job.resume);
+                const uint32_t target = job.next.shards();
+                s.scaling.reset();
+                promise.deliver(caf::make_error(
+                    caf::sec::invalid_argument,
+                    "cannot scale cluster '" + s.plan.cluster + "' to " + std::to_string(target) +
+                        " shards: spawning shard " + std::to_string(i) +
+                        " failed (the scale is abandoned; " + std::to_string(current) +
+                        " shards keep training): " + why));
+                if (resume) resume();
+                return;
+              }
+              self->link_to(shard);  // it stops with the cluster
+              job.shards.push_back(shard);
+              spawn_new_shard(self, current, i + 1, placement);
+            });
 }
 
 void start_copies(coordinator_pointer self, const std::vector<shard_actor>& from,

@@ -143,8 +143,9 @@ expected<training_cluster> spawn_training_cluster(caf::actor_system& system,
   }
   // New shards (scale up) take shard 0's settings, their own index and a
   // fresh directory named like shard 0's with the index at its end.
-  cluster.spawn_shard_at = [&system, config, spawned = cluster.spawned](uint32_t index,
-                                             const std::filesystem::path& dir) -> expected<shard_actor> {
+  cluster.spawn_shard_at = [&system, config, spawned = cluster.spawned](
+                               uint32_t index,
+                               const std::filesystem::path& dir) -> expected<shard_actor> {
     shard_config sc = config.shards.front();
     sc.index = index;
     sc.chain.incarnation = config.incarnation;
@@ -191,15 +192,18 @@ expected<training_cluster> spawn_training_cluster(caf::actor_system& system,
     std::filesystem::remove_all(dir, ec);
   };
   // Multi-node: the node the placement picks spawns it (and retires it).
-  if (placement.spawn_shard) factory.spawn = placement.spawn_shard;
+  if (placement.spawn_shard) {
+    factory.spawn = placement.spawn_shard;
+    factory.spawn_waits = true;
+  }
   if (placement.retire_shard) factory.remove_files = placement.retire_shard;
   factory.spawn_successor = placement.spawn_successor;
   factory.end_rehome = placement.end_rehome;
-  cluster.coordinator = spawn_coordinator(
-      system, config.mode, config.pass_batches,
-      coordinator_peers{cluster.workers, cluster.caches, cluster.shards, cluster.dense, factory,
-                        config.client_pushes},
-      std::move(sink), std::move(plan));
+  cluster.coordinator =
+      spawn_coordinator(system, config.mode, config.pass_batches,
+                        coordinator_peers{cluster.workers, cluster.caches, cluster.shards,
+                                          cluster.dense, factory, config.client_pushes},
+                        std::move(sink), std::move(plan));
   return cluster;
 }
 

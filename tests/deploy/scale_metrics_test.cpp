@@ -27,7 +27,11 @@ namespace {
 using strata::testing::temp_dir;
 
 // Generous: a loaded 2-core machine must finish, never hang the suite.
-constexpr double deadline_s = 300;
+// Below the test's ctest TIMEOUT (600 s), so a step that waits too long
+// fails with the cluster's output instead of being killed silently (a
+// fresh clone's make test on a machine overloaded by other builds and
+// process tests once hit ctest's limit, with nothing to say where).
+constexpr double deadline_s = 240;
 
 // `nodes` nodes (count objective) with /metrics each, admin API on the first;
 // one long epoch (the test stops the run).
@@ -40,8 +44,9 @@ fs::path write_manifest(const fs::path& d, uint16_t admin_port,
     m << "cluster_secret:\n  file: " << (d / "scale.secret").string()
       << "\n  create_if_missing: true\nnodes:\n";
     for (size_t i = 0; i < metrics_ports.size(); ++i)
-      m << "  - name: n" << i << "\n    host: 127.0.0.1\n    transport_port: "
-        << testing::free_port() << "\n    metrics_port: " << metrics_ports[i]
+      m << "  - name: n" << i
+        << "\n    host: 127.0.0.1\n    transport_port: " << testing::free_port()
+        << "\n    metrics_port: " << metrics_ports[i]
         << "\n    ssd_path: " << (d / ("ssd-n" + std::to_string(i))).string() << "\n";
     m << "transport:\n  heartbeat_interval_ms: 1000\n  heartbeat_timeout_ms: 10000\n"
       << "  join_timeout_seconds: 120\n";
@@ -131,8 +136,8 @@ void scrape_around_scale(size_t nodes, uint32_t up, std::vector<std::string> whe
       if (n != host) EXPECT_FALSE(exports_shard(ports[n], s)) << "shard " << s << " on node n" << n;
   }
 
-  auto [rcd, outd, errd] = r.cli({"scale", "--manifest", r.manifest, "--shards",
-                                  std::to_string(down)});
+  auto [rcd, outd, errd] =
+      r.cli({"scale", "--manifest", r.manifest, "--shards", std::to_string(down)});
   ASSERT_EQ(rcd, 0) << outd << errd << cluster.err();
   // Retired: their series leave (a retire finishes once the shard exited).
   for (uint32_t s = down; s < up; ++s)

@@ -35,6 +35,8 @@ struct standby_placements {
   // shards.migration_rows_per_s (0: unlimited): a slow copy leaves a window
   // to inject a failure in (drain_failure_test).
   uint64_t migration_rows_per_s = 0;
+  // transport.heartbeat_timeout_ms: how long a stopped node stays "up".
+  uint32_t heartbeat_timeout_ms = 10000;
 };
 
 fs::path write_manifest(const fs::path& d, uint16_t admin_port, int standby, bool one_epoch,
@@ -65,7 +67,8 @@ fs::path write_manifest(const fs::path& d, uint16_t admin_port, int standby, boo
     << "  generate:\n    rows: " << (one_epoch ? 300000 : 20000)
     << "\n    distinct_keys: 5000\n    seed: 3\n"
     << "checkpoint:\n  dir: " << (d / "ckpt").string() << "\n  keep: 10\n"
-    << "transport:\n  heartbeat_interval_ms: 1000\n  heartbeat_timeout_ms: 10000\n"
+    << "transport:\n  heartbeat_interval_ms: 1000\n  heartbeat_timeout_ms: "
+    << placed.heartbeat_timeout_ms << "\n"
     << "  join_timeout_seconds: 120\n"
     << "admin:\n  port: " << admin_port << "\n  token_file: " << (d / "standby.token").string()
     << "\n  create_if_missing: true\n";

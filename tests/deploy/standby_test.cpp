@@ -11,7 +11,9 @@
 // - a joined standby node that is killed (it holds nothing) is logged and
 //   training goes on to a clean end;
 // - once joined, a scale places shards on it (exact sums at the end); killed
-//   while it holds one, it fails the run like any node.
+//   while it holds one, it fails the run like any node;
+// - a spawn on it that hangs (the node stopped) leaves the coordinator
+//   answering, and is abandoned when the node is marked down.
 // Real processes over the UCX transport on loopback; polls with deadlines.
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -64,16 +66,14 @@ TEST(Standby, NodeJoinsMidTrainingShowsInStatusAndTheRunEndsCleanly) {
       << n3->out();
   EXPECT_NE(n3->out().find("cluster: node n3 joined the running cluster"), std::string::npos)
       << n3->out();
-  EXPECT_TRUE(poll_until([&] { return c.health("n3") == "ok"; }, deadline_s))
-      << c.health("n3");
+  EXPECT_TRUE(poll_until([&] { return c.health("n3") == "ok"; }, deadline_s)) << c.health("n3");
   const auto examples_at_join = c.status()["training"]["examples"].get<uint64_t>();
   // Training goes on with n3 in the cluster.
   ASSERT_TRUE(poll_until(
       [&] {
         auto doc = c.status();
         return !c.launch().running() ||
-               (doc.is_object() &&
-                doc["training"]["examples"].get<uint64_t>() > examples_at_join);
+               (doc.is_object() && doc["training"]["examples"].get<uint64_t>() > examples_at_join);
       },
       deadline_s));
 
@@ -85,7 +85,8 @@ TEST(Standby, NodeJoinsMidTrainingShowsInStatusAndTheRunEndsCleanly) {
   EXPECT_EQ(c.launch().err().find("standby node n3 is gone"), std::string::npos)
       << c.launch().err();
   EXPECT_EQ(c.launch().err().find("did not acknowledge"), std::string::npos)
-      << c.launch().err() << "\nn3:\n" << n3->out() << n3->err();
+      << c.launch().err() << "\nn3:\n"
+      << n3->out() << n3->err();
   // The final checkpoint was cut over every shard (n3 held none).
   EXPECT_TRUE(actors::latest_checkpoint(dir.path() / "ckpt")) << c.launch().out();
 }
@@ -158,7 +159,8 @@ TEST(Standby, RefusedStandbyNodesAndAKilledOneLeaveTrainingAlone) {
                 doc["training"]["examples"].get<uint64_t>() > examples_after_kill);
       },
       deadline_s))
-      << "training stopped after n3 was killed\n" << c.launch().err();
+      << "training stopped after n3 was killed\n"
+      << c.launch().err();
   EXPECT_EQ(c.health("n3").rfind("down: ", 0), 0u) << c.health("n3");
   c.stop_cleanly();
   EXPECT_TRUE(actors::latest_checkpoint(d / "ckpt")) << c.launch().out();
@@ -191,8 +193,8 @@ void scale_onto_standby(bool pass) {
   auto n3 = c.start_node("n3");
   c.wait_joined("n3", *n3);
   // 3 -> 5: shards 3 and 4 on n3, under its own ssd_path.
-  auto [rc5, out5, err5] =
-      c.cli({"scale", "--manifest", m, "--shards", "5", "--placement", "n0", "n1", "n2", "n3", "n3"});
+  auto [rc5, out5, err5] = c.cli(
+      {"scale", "--manifest", m, "--shards", "5", "--placement", "n0", "n1", "n2", "n3", "n3"});
   ASSERT_EQ(rc5, 0) << out5 << err5 << c.launch().err() << n3->err();
   auto st5 = c.status();
   ASSERT_EQ(st5["shards"].size(), 5u) << st5.dump();
@@ -221,6 +223,56 @@ TEST(Standby, ScalePlacesShardsOnAJoinedStandbyNodeWithExactSums) { scale_onto_s
 
 TEST(Standby, ScalePlacesShardsOnAJoinedStandbyNodeWithExactSumsPassMode) {
   scale_onto_standby(true);
+}
+
+// A spawn on a node that is alive but does not answer (stopped with
+// SIGSTOP: its transport peers see it up until the heartbeat timeout)
+// waits off the coordinator's thread: while it waits, `strata status`
+// answers and shows the scale in progress. Once the heartbeat marks the
+// node down, the scale is abandoned naming it and training goes on.
+// (Before, the coordinator blocked inside the scale until the spawn
+// answered or failed: no status showed a scale in progress.)
+TEST(Standby, AStuckSpawnOnAStoppedNodeLeavesTheCoordinatorAnswering) {
+  temp_dir dir;
+  const fs::path d = dir.path();
+  standby_placements placed;
+  placed.heartbeat_timeout_ms = 20000;
+  standby_cluster c(d, 1, /*one_epoch=*/false, /*pass=*/false, placed);
+  c.wait_for_training();
+  const std::string m = c.manifest().string();
+  auto n3 = c.start_node("n3");
+  c.wait_joined("n3", *n3);
+  n3->signal(SIGSTOP);
+  auto scale = c.start_cli(
+      {"scale", "--manifest", m, "--shards", "4", "--placement", "n0", "n1", "n2", "n3"});
+  bool answered_while_scaling = false;
+  poll_until(
+      [&] {
+        auto doc = c.status();
+        answered_while_scaling = scale->running() && doc.is_object() &&
+                                 doc["scaling_to"].is_number() && doc["scaling_to"] == 4;
+        return answered_while_scaling || !scale->running();
+      },
+      deadline_s);
+  EXPECT_TRUE(answered_while_scaling) << scale->out() << scale->err() << c.launch().err();
+
+  auto ended = scale->wait(deadline_s);
+  ASSERT_TRUE(ended) << "the scale did not end\n" << c.launch().err();
+  EXPECT_TRUE(WIFEXITED(*ended) && WEXITSTATUS(*ended) == 1) << scale->out() << scale->err();
+  EXPECT_NE(scale->err().find("spawning shard 3 failed (the scale is abandoned; 3 shards keep "
+                              "training): "),
+            std::string::npos)
+      << scale->err();
+  ASSERT_TRUE(c.launch().running()) << c.launch().out() << c.launch().err();
+  auto after = c.status();
+  ASSERT_TRUE(after.is_object());
+  EXPECT_EQ(after["shards"].size(), 3u) << after.dump();
+  EXPECT_TRUE(after["scaling_to"].is_null()) << after.dump();
+  ASSERT_NO_FATAL_FAILURE(c.wait_for_more_training(after["training"]["examples"].get<uint64_t>()));
+
+  n3->signal(SIGKILL);
+  ASSERT_TRUE(n3->wait(deadline_s));
+  c.stop_cleanly();
 }
 
 // The other side of the line: a joined standby node holding shards (a

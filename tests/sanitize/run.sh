@@ -84,7 +84,7 @@ tsan_excluded='^(PlantedModel\.|ScaleDuringTraining\.HeldOutAuc)'
 # transport, migration across nodes, exact sums) and
 # Drain.ANodeHostingOnlyShardsLeavesWhileTrainingGoesOnWithExactSums (drain,
 # retire, leave). The left-out ones run in every `make test`.
-asan_excluded='^(RemoteScale\.|DrainFailure\.|Drain\..*PassMode$|Drain\.ADrainedStandby|Standby\..*PassMode$|Standby\.(Refused|NodeJoins|AKilled)|cli_bench_scale_nodes3_smoke$|ClusterOps\.|ScaleMetrics\.ThreeNodes)'
+asan_excluded='^(RemoteScale\.|DrainFailure\.|Drain\..*PassMode$|Drain\.ADrainedStandby|Standby\..*PassMode$|Standby\.(Refused|NodeJoins|AKilled|AStuck)|cli_bench_scale_nodes3_smoke$|ClusterOps\.|ScaleMetrics\.ThreeNodes)'
 # The executables whose every test is left out are not built under ASan.
 asan_unbuilt=(remote_scale_test drain_failure_test cluster_ops_test)
 
