@@ -110,7 +110,7 @@ shard_actor::behavior_type shard_behavior(shard_pointer self, shard_config confi
           if (auto err = pull_local(self, keys, reply)) return err;
           return reply;
         }
-        auto split = split_keys(self->state, keys);
+        auto split = split_keys(self->state, keys, sender_of(self));
         if (split.remote.empty()) {
           pull_reply reply;
           if (auto err = pull_local(self, keys, reply)) return err;
@@ -161,7 +161,7 @@ shard_actor::behavior_type shard_behavior(shard_pointer self, shard_config confi
           if (auto err = push_local(self, req, reply)) return err;
           return reply;
         }
-        auto split = split_keys(self->state, req.keys);
+        auto split = split_keys(self->state, req.keys, sender_of(self));
         if (split.remote.empty()) {
           push_reply reply;
           if (auto err = push_local(self, req, reply)) return err;
@@ -202,7 +202,7 @@ shard_actor::behavior_type shard_behavior(shard_pointer self, shard_config confi
         if (!well_formed(rows, layout))
           return caf::make_error(caf::sec::runtime_error, "malformed write-back batch");
         settle_parked(self, rows.keys);
-        auto split = split_keys(self->state, rows.keys);
+        auto split = split_keys(self->state, rows.keys, sender_of(self));
         const size_t rb = layout.record_bytes();
         auto sub = [&rows, rb](const std::vector<uint32_t>& at) {
           row_batch part;
@@ -243,7 +243,7 @@ shard_actor::behavior_type shard_behavior(shard_pointer self, shard_config confi
         std::vector<uint64_t> picked;
         bool some_remote = false;
         if (!all_keys_local(self->state)) {
-          auto split = split_keys(self->state, all_keys);
+          auto split = split_keys(self->state, all_keys, sender_of(self));
           for (auto& [other, at] : split.remote)
             self->send(caf::actor_cast<shard_actor>(other), prefetch_atom::value,
                        pick(all_keys, at));
@@ -440,6 +440,12 @@ shard_actor::behavior_type shard_behavior(shard_pointer self, shard_config confi
           ++delta.rows;
           delta.bytes += rb;
         }
+        // Every destination gets a batch, an empty one too: it learns this
+        // shard migrates to it (split_keys) before anything is forwarded.
+        for (const auto& [p, to] : m.destination)
+          if (std::none_of(batches.begin(), batches.end(),
+                           [&, &to = to](const auto& b) { return b.first == to; }))
+            batches.emplace_back(to, row_batch{});
         m.fenced = true;
         m.touched.clear();
         auto promise = self->make_response_promise<migration_stats>();
@@ -472,6 +478,10 @@ shard_actor::behavior_type shard_behavior(shard_pointer self, shard_config confi
         if (s) s = st.chain->write_behind().store(spilled.keys(), spilled.rows(), true, none);
         if (!s) return to_caf(s.err());
         st.metrics.migrated_in_rows += rows.keys.size();
+        if (auto from = sender_of(self);
+            from && std::find(st.migrating_in.begin(), st.migrating_in.end(), from) ==
+                        st.migrating_in.end())
+          st.migrating_in.push_back(from);
         maybe_flush(self);
         return ok_atom::value;
       },
@@ -508,6 +518,7 @@ shard_actor::behavior_type shard_behavior(shard_pointer self, shard_config confi
         }
         st.routing = routing;
         st.out.reset();
+        st.migrating_in.clear();
         // Rows of partitions owned elsewhere: out of DRAM now (their owner
         // holds them); out of LMDB once the write-behind is flushed.
         std::vector<uint64_t> foreign;

@@ -167,11 +167,18 @@ struct shard_state {
   std::vector<uint32_t> erase_partitions;  // not owned: removed from LMDB once flushed
   bool erase_pending = false;
   std::vector<caf::typed_response_promise<ok_atom>> commit_waiters;
+  // Shards that sent migrate_in since the last commit (split_keys).
+  std::vector<caf::actor_addr> migrating_in;
   std::vector<uint64_t> push_unique;  // push_local's distinct keys
   static inline const char* name = "shard";
 };
 
 using shard_pointer = shard_actor::stateful_pointer<shard_state>;
+
+// The sender of the message being handled (null when anonymous).
+inline caf::actor_addr sender_of(shard_pointer self) {
+  return caf::actor_cast<caf::actor_addr>(self->current_sender());
+}
 
 // Positions of a request's keys served here, and per other shard.
 struct key_split {
@@ -223,7 +230,18 @@ void note_landed(shard_state& st, const std::vector<uint64_t>* keys);
 // --- scaling (shard_migration.cpp) ---------------------------------------------
 
 caf::actor owner_elsewhere(const shard_state& st, uint64_t key);
-key_split split_keys(const shard_state& st, const std::vector<uint64_t>& keys);
+// `from`: the request's sender. A key whose owner elsewhere is the sender
+// itself, a shard that migrates partitions to this one (migrating_in), is
+// served here, never sent back: the sender forwards it because it fenced
+// it toward this shard (or committed a map that says so), and its rows
+// came here first (per-pair FIFO). Without this, between a fence and the
+// commit that reaches this shard, such a request went back and forth
+// between the two shards for as long as the commit took, and with two of
+// these on CAF's two scheduler threads (work stealing runs the actor a
+// job just woke before any other) nothing else ran: the coordinator never
+// sent the commit, and the cluster hung with memory growing.
+key_split split_keys(const shard_state& st, const std::vector<uint64_t>& keys,
+                     const caf::actor_addr& from = {});
 // Every key is this shard's (no committed map, no fence): the handlers
 // skip split_keys and its index vectors.
 inline bool all_keys_local(const shard_state& st) {

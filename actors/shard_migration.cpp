@@ -17,12 +17,14 @@ caf::actor owner_elsewhere(const shard_state& st, uint64_t key) {
   return {};
 }
 
-
-key_split split_keys(const shard_state& st, const std::vector<uint64_t>& keys) {
+key_split split_keys(const shard_state& st, const std::vector<uint64_t>& keys,
+                     const caf::actor_addr& from) {
   key_split out;
+  const bool from_source = from && std::find(st.migrating_in.begin(), st.migrating_in.end(),
+                                             from) != st.migrating_in.end();
   for (uint32_t i = 0; i < keys.size(); ++i) {
     caf::actor other = owner_elsewhere(st, keys[i]);
-    if (!other) {
+    if (!other || (from_source && other.address() == from)) {
       out.local.push_back(i);
       continue;
     }
