@@ -96,38 +96,33 @@ void spawn_successor(coordinator_pointer self, std::vector<uint32_t> indices,
   const uint32_t i = indices[k];
   const std::string node = destinations[k];
   auto spawn = [spawn = s.peers.factory.spawn_successor, i, node] { return spawn(i, node); };
-  run_spawn(
-      self, true, spawn, [self, indices, destinations, k](shard_actor successor, std::string why) {
-        auto& s = self->state;
-        const uint32_t i = indices[k];
-        if (s.failed || !s.scaling) {
-          // The run failed meanwhile (its drain with it): the successor goes.
-          if (successor) s.peers.factory.end_rehome(i, false);
-          return;
-        }
-        auto& job = *s.scaling;
-        if (!successor) {
-          for (uint32_t j : job.rehomed) {
-            self->unlink_from(job.shards[j]);
-            s.peers.factory.end_rehome(j, false);
-          }
-          auto promise = job.promise;
-          auto resume = std::move(job.resume);
-          const std::string what = job.what;
-          s.scaling.reset();
-          promise.deliver(caf::make_error(
-              caf::sec::invalid_argument,
-              what + "spawning the successor of shard " + std::to_string(i) + " on node '" +
-                  destinations[k] + "' failed (the drain is abandoned; training goes on): " + why));
-          if (resume) resume();
-          return;
-        }
-        self->link_to(successor);  // it stops with the cluster
-        job.old[i] = job.shards[i];
-        job.shards[i] = successor;
-        job.rehomed.push_back(i);
-        spawn_successor(self, indices, destinations, k + 1);
-      });
+  run_spawn(self, true, spawn,
+            [self, indices, destinations, k](shard_actor successor, std::string why) {
+              auto& s = self->state;
+              const uint32_t i = indices[k];
+              if (s.failed || !s.scaling) {
+                // The run failed meanwhile (its drain with it): the successor goes.
+                if (successor) s.peers.factory.end_rehome(i, false);
+                return;
+              }
+              auto& job = *s.scaling;
+              if (!successor) {
+                for (uint32_t j : job.rehomed) {
+                  self->unlink_from(job.shards[j]);
+                  s.peers.factory.end_rehome(j, false);
+                }
+                end_scaling_job(self, caf::sec::invalid_argument,
+                                job.what + "spawning the successor of shard " + std::to_string(i) +
+                                    " on node '" + destinations[k] +
+                                    "' failed (the drain is abandoned; training goes on): " + why);
+                return;
+              }
+              self->link_to(successor);  // it stops with the cluster
+              job.old[i] = job.shards[i];
+              job.shards[i] = successor;
+              job.rehomed.push_back(i);
+              spawn_successor(self, indices, destinations, k + 1);
+            });
 }
 
 // A copy failed before the fence: the successors are retired on their

@@ -153,6 +153,9 @@ void spawn_successor(coordinator_pointer self, std::vector<uint32_t> indices,
 // new epoch to every shard and cache tier (every source forgets its
 // migration), then fails the request with why(map, job) and resumes a cut
 // waiting for it.
+// Ends the running scale or drain: its request gets `why` (as `code`), and a
+// final cut waiting for it resumes.
+void end_scaling_job(coordinator_pointer self, caf::sec code, std::string why);
 void recommit_and_fail(
     coordinator_pointer self,
     std::function<std::string(const partition_map&, const coordinator_state::scaling_job&)> why);

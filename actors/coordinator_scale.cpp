@@ -171,6 +171,14 @@ void abandon_scale(coordinator_pointer self) {
                     });
 }
 
+void end_scaling_job(coordinator_pointer self, caf::sec code, std::string why) {
+  auto& s = self->state;
+  auto job = std::move(*s.scaling);
+  s.scaling.reset();
+  job.promise.deliver(caf::make_error(code, std::move(why)));
+  if (job.resume) job.resume();
+}
+
 void recommit_and_fail(
     coordinator_pointer self,
     std::function<std::string(const partition_map&, const coordinator_state::scaling_job&)> why) {
@@ -183,10 +191,7 @@ void recommit_and_fail(
     auto& s = self->state;
     if (!s.scaling) return;
     s.plan.map = same;
-    auto job = std::move(*s.scaling);
-    s.scaling.reset();
-    job.promise.deliver(caf::make_error(caf::sec::runtime_error, why(same, job)));
-    if (job.resume) job.resume();
+    end_scaling_job(self, caf::sec::runtime_error, why(same, *s.scaling));
   };
   auto ack = [self, acks, done] {
     if (self->state.failed) return;
@@ -334,17 +339,11 @@ void spawn_new_shard(coordinator_pointer self, uint32_t current, uint32_t i,
               auto& job = *s.scaling;
               if (!shard) {
                 retire_new_shards(self, job.shards, current, i + 1);
-                auto promise = job.promise;
-                auto resume = std::move(job.resume);
-                const uint32_t target = job.next.shards();
-                s.scaling.reset();
-                promise.deliver(caf::make_error(
-                    caf::sec::invalid_argument,
-                    "cannot scale cluster '" + s.plan.cluster + "' to " + std::to_string(target) +
-                        " shards: spawning shard " + std::to_string(i) +
-                        " failed (the scale is abandoned; " + std::to_string(current) +
-                        " shards keep training): " + why));
-                if (resume) resume();
+                end_scaling_job(self, caf::sec::invalid_argument,
+                                "cannot scale cluster '" + s.plan.cluster + "' to " +
+                                    std::to_string(job.next.shards()) + " shards: spawning shard " +
+                                    std::to_string(i) + " failed (the scale is abandoned; " +
+                                    std::to_string(current) + " shards keep training): " + why);
                 return;
               }
               self->link_to(shard);  // it stops with the cluster
