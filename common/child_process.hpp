@@ -50,7 +50,11 @@ class child_process {
                 const std::vector<std::string>& env = {}, child_output output = {})
       : files_(std::move(output)) {
     int out[2] = {-1, -1}, in[2] = {-1, -1};
-    if ((files_.out.empty() && ::pipe(out) != 0) || ::pipe(in) != 0) return;
+    // Close-on-exec: a child started later must not inherit this one's
+    // pipe ends (a stdin it held open would keep this child from ever
+    // reading end of file); dup2 below clears the flag on 0, 1 and 2.
+    if ((files_.out.empty() && ::pipe2(out, O_CLOEXEC) != 0) || ::pipe2(in, O_CLOEXEC) != 0)
+      return;
     const pid_t parent = ::getpid();
     pid_ = ::fork();
     if (pid_ == 0) {

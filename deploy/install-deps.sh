@@ -19,7 +19,9 @@ packages=(cmake g++ make ninja-build lld pkg-config git libcaf-dev libucx-dev uc
   pybind11-dev python3-dev python3-numpy
   # Test-only: the manifest schema drift check (tests/deploy/schema_check.py)
   # and the Python client and PyTorch tests (tests/serving/*.py).
-  python3-jsonschema python3-yaml python3-torch)
+  python3-jsonschema python3-yaml python3-torch
+  # Test-only: stops a node inside a UCX send (cluster_test's FailureTest).
+  gdb)
 # The offline Kubernetes schema check runs on node and npm. Debian's packages
 # only where none is on PATH: a machine with NodeSource's nodejs has npm in it,
 # and Debian's npm would conflict with it.

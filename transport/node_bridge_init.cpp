@@ -20,14 +20,18 @@ status node_bridge::impl::init() {
   }
   // This context's setting, not the process environment (other threads
   // read it; children would inherit it), and only where the user's
-  // environment chose nothing: UCX 1.13's CMA transport (same-host
-  // rendezvous by process_vm_readv) aborts the whole process when the
-  // peer dies mid-transfer ("No such process" is fatal there), so a
-  // killed node would take its peers down; same-host rendezvous goes
-  // through shared-memory fragments instead. (The listener's address
-  // reuse is a connection-manager option that ucp_config_modify does not
-  // reach in UCX 1.13: the strata binary sets UCX_TCP_CM_REUSEADDR at
-  // start, deploy/main.cpp.)
+  // environment chose nothing: no shared-memory transport (UCX's "sm":
+  // posix, sysv, cma), so peers on one host talk over loopback TCP.
+  // - posix/sysv: every sender writes into one receive FIFO per worker,
+  //   reserving a slot before it copies the frame in; a peer stopped or
+  //   killed between the two leaves a slot the receiver waits on forever,
+  //   and the receiver then hears no one over shared memory (a SIGSTOPped
+  //   node made a healthy one be marked down, docs/transport.md).
+  // - cma (same-host rendezvous by process_vm_readv): UCX 1.13 aborts the
+  //   whole process when the peer dies mid-transfer.
+  // (The listener's address reuse is a connection-manager option that
+  // ucp_config_modify does not reach in UCX 1.13: the strata binary sets
+  // UCX_TCP_CM_REUSEADDR at start, deploy/main.cpp.)
   auto set_default = [&](const char* env, const char* name, const char* value) -> status {
     if (::getenv(env) != nullptr) return {};
     if (auto s = ucp_config_modify(ucp_config, name, value); s != UCS_OK) {
@@ -37,7 +41,7 @@ status node_bridge::impl::init() {
     }
     return {};
   };
-  STRATA_TRY(set_default("UCX_TLS", "TLS", "^cma"));
+  STRATA_TRY(set_default("UCX_TLS", "TLS", "^sm"));
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME;
   params.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;

@@ -178,8 +178,9 @@ class standby_cluster {
   // accepted here, and the launch must still have exited 0.
   void stop_cleanly() {
     auto [rc, out, err] = cli({"stop", "--manifest", manifest_.string()});
-    if (rc != 0)
+    if (rc != 0) {
       EXPECT_NE(err.find("Connection refused"), std::string::npos) << "strata stop: " << err;
+    }
     auto st = launch_.wait(deadline_s);
     ASSERT_TRUE(st) << "the cluster did not stop\n" << launch_.out() << launch_.err();
     EXPECT_TRUE(WIFEXITED(*st) && WEXITSTATUS(*st) == 0) << launch_.out() << launch_.err();

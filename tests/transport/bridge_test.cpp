@@ -21,12 +21,23 @@ using namespace std::chrono_literals;
 
 using testing::inbox;
 
+// How the two bridges reach each other: the listener connection (TCP),
+// the worker address with the bridge's default transports (loopback TCP:
+// no shared memory, node_bridge_init.cpp), or the worker address with
+// shared memory, which a user chooses by setting UCX_TLS.
+enum class path { listener, worker_address, shared_memory };
+constexpr path every_path[] = {path::listener, path::worker_address, path::shared_memory};
+
 struct bridge_pair {
   inbox a_in, b_in;
   std::unique_ptr<node_bridge> a, b;
+  explicit bridge_pair(uint64_t window, path how) : bridge_pair(window, how != path::listener, {}, how == path::shared_memory) {}
   explicit bridge_pair(uint64_t window = uint64_t{64} << 20, bool address_exchange = true,
-                       decltype(bridge_config::outgoing_fault) a_fault = {}) {
+                       decltype(bridge_config::outgoing_fault) a_fault = {},
+                       bool shared_memory = false) {
     ::setenv("UCX_NET_DEVICES", "lo", 0);
+    // UCX reads it when a bridge starts (both have started below).
+    if (shared_memory) ::setenv("UCX_TLS", "^cma", 1);
     bridge_config ca, cb;
     ca.outgoing_fault = std::move(a_fault);
     ca.node_name = "a";
@@ -35,6 +46,7 @@ struct bridge_pair {
     ca.exchange_worker_address = cb.exchange_worker_address = address_exchange;
     auto ra = node_bridge::start(ca, [this](inbound_frame f) { a_in.add(std::move(f)); });
     auto rb = node_bridge::start(cb, [this](inbound_frame f) { b_in.add(std::move(f)); });
+    if (shared_memory) ::unsetenv("UCX_TLS");
     EXPECT_TRUE(ra && rb);
     a = std::move(*ra);
     b = std::move(*rb);
@@ -50,8 +62,9 @@ std::vector<std::byte> payload_of(size_t bytes, uint8_t fill) {
 }
 
 TEST(NodeBridge, FramesArriveInSendOrderWhateverTheirSize) {
-  for (bool address_exchange : {true, false}) {
-    bridge_pair p(uint64_t{64} << 20, address_exchange);
+  for (path how : every_path) {
+    SCOPED_TRACE(static_cast<int>(how));
+    bridge_pair p(uint64_t{64} << 20, how);
     constexpr int n = 40;
     for (int i = 0; i < n; ++i) {
       // Big (rendezvous) and tiny (eager) frames alternate.
@@ -69,14 +82,13 @@ TEST(NodeBridge, FramesArriveInSendOrderWhateverTheirSize) {
     const auto stats = p.b->stats();
     ASSERT_EQ(stats.peers.size(), 1u);
     EXPECT_GT(stats.peers[0].rendezvous_frames_received, 0u);
-    EXPECT_EQ(stats.peers[0].shared_memory_path, address_exchange);
-    // Worker-address endpoints really use shared memory; listener ones TCP.
+    EXPECT_EQ(stats.peers[0].shared_memory_path, how != path::listener);
+    // Shared memory only where the user's UCX_TLS allows it; TCP otherwise.
     const auto& lanes = stats.peers[0].transports;
-    if (address_exchange) {
-      EXPECT_TRUE(lanes.find("sysv/") != std::string::npos ||
-                  lanes.find("posix/") != std::string::npos)
-          << lanes;
-    } else {
+    const bool shm = lanes.find("sysv/") != std::string::npos ||
+                     lanes.find("posix/") != std::string::npos;
+    EXPECT_EQ(shm, how == path::shared_memory) << lanes;
+    if (how != path::shared_memory) {
       EXPECT_NE(lanes.find("tcp/"), std::string::npos) << lanes;
     }
   }
@@ -168,8 +180,9 @@ actors::push_request push_of(size_t keys) {
 // receiver gets exactly encode_payload's bytes (the wire format is the
 // same), eager and by rendezvous, over shared memory and TCP.
 TEST(NodeBridge, GatheredFramesArriveAsTheirEncodedBytes) {
-  for (bool address_exchange : {true, false}) {
-    bridge_pair p(uint64_t{64} << 20, address_exchange);
+  for (path how : every_path) {
+    SCOPED_TRACE(static_cast<int>(how));
+    bridge_pair p(uint64_t{64} << 20, how);
     const std::vector<size_t> sizes = {200, 9000, 40000};  // ~7 KiB eager .. ~1.4 MiB rendezvous
     for (size_t keys : sizes) {
       auto payload = gather_payload(push_of(keys));

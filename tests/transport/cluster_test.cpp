@@ -23,7 +23,7 @@ constexpr auto start_timeout = 60s;
 constexpr auto run_timeout = 180s;
 
 class ClusterTest : public ::testing::Test {
- protected:
+ public:
   std::unique_ptr<child_process> node(std::vector<std::string> args,
                                       std::vector<std::string> env = {"UCX_NET_DEVICES=lo"}) {
     args.insert(args.end(), {"--dir", dir_.path().string()});
@@ -51,25 +51,41 @@ class ClusterTest : public ::testing::Test {
   temp_dir dir_;
 };
 
-TEST_F(ClusterTest, ExactSumAcrossTwoProcesses) {
-  auto a = node({"--name", "a", "--shard", "0", "--shard", "1", "--shards", "2", "--dim", "16"});
-  const auto addr = address_of(*a);
-  auto b = node({"--name", "b", "--connect", addr, "--remote-shard", "0=a", "--remote-shard", "1=a",
-                 "--shards", "2", "--keys", "2000", "--dim", "16", "--rounds", "12", "--drive",
-                 "exact-sum"});
-  expect_passes(*b);
-  EXPECT_TRUE(has_line(*b, "PASS exact-sum 2000 keys"));
-  // Same host: the connection moved to the worker address (shared memory).
-  EXPECT_TRUE(has_line(*b, "PEER a path=worker-address")) << b->output();
-  // ... and UCX really carries it over a shared-memory transport.
-  bool shared_memory = false;
+void exact_sum_across_two_processes(ClusterTest& t, bool shared_memory) {
+  std::vector<std::string> env{"UCX_NET_DEVICES=lo"};
+  if (shared_memory) env.push_back("UCX_TLS=^cma");
+  auto a = t.node({"--name", "a", "--shard", "0", "--shard", "1", "--shards", "2", "--dim", "16"},
+                  env);
+  const auto addr = t.address_of(*a);
+  auto b =
+      t.node({"--name", "b", "--connect", addr, "--remote-shard", "0=a", "--remote-shard", "1=a",
+              "--shards", "2", "--keys", "2000", "--dim", "16", "--rounds", "12", "--drive",
+              "exact-sum"},
+             env);
+  t.expect_passes(*b);
+  EXPECT_TRUE(ClusterTest::has_line(*b, "PASS exact-sum 2000 keys"));
+  EXPECT_TRUE(ClusterTest::has_line(*b, "PEER a path=worker-address")) << b->output();
+  // ... and UCX carries it over shared memory exactly when allowed.
+  bool found = false, over_shared_memory = false;
   for (const auto& l : b->lines()) {
     if (l.rfind("PEER a", 0) != 0) continue;
-    shared_memory = l.find("posix/") != std::string::npos || l.find("sysv/") != std::string::npos;
+    found = true;
+    over_shared_memory =
+        l.find("posix/") != std::string::npos || l.find("sysv/") != std::string::npos;
   }
-  EXPECT_TRUE(shared_memory) << b->output();
+  EXPECT_TRUE(found) << b->output();
+  EXPECT_EQ(over_shared_memory, shared_memory) << b->output();
   a->close_stdin();
   EXPECT_EQ(a->wait_exit(run_timeout), 0) << a->output();
+}
+
+// Same host: the connection moves to the worker address. Its lanes are
+// loopback TCP unless the user's UCX_TLS allows shared memory
+// (node_bridge_init.cpp says why shared memory is off by default).
+TEST_F(ClusterTest, ExactSumAcrossTwoProcesses) { exact_sum_across_two_processes(*this, false); }
+
+TEST_F(ClusterTest, ExactSumAcrossTwoProcessesOverSharedMemoryWhenTheUserAllowsIt) {
+  exact_sum_across_two_processes(*this, true);
 }
 
 TEST_F(ClusterTest, ExactSumAcrossThreeProcessesOverTcp) {
@@ -212,6 +228,45 @@ TEST_F(FailureTest, KilledNodeIsReportedDownAndRequestsFailNamingIt) {
 TEST_F(FailureTest, FrozenNodeIsReportedDownByTheHeartbeat) {
   // SIGSTOP keeps the sockets open: only the heartbeat can tell.
   run(SIGSTOP, "no frame for ");
+}
+
+// A peer stopped in the middle of a send (gdb holds it at a breakpoint in
+// UCX's packing of a frame) must cost only itself: a shared-memory FIFO,
+// which every sender fills and a reserved but unwritten slot blocks, made
+// node a hear nothing from the healthy node c, and mark it down.
+TEST_F(FailureTest, APeerStoppedInsideASendSilencesNoOtherPeer) {
+  if (std::system("command -v gdb > /dev/null 2>&1") != 0)
+    GTEST_SKIP() << "needs gdb to stop a node inside a UCX send (make deps installs it)";
+  auto a = node({"--name", "a", "--shard", "0", "--shards", "1", "--heartbeat-ms", "5000"});
+  const auto addr = address_of(*a);
+  ASSERT_TRUE(a->wait_line("READY", start_timeout)) << a->output();
+  auto c = node({"--name", "c", "--connect", addr, "--remote-shard", "0=a", "--shards", "1",
+                 "--keys", "20", "--heartbeat-ms", "5000", "--drive", "loop"});
+  ASSERT_TRUE(c->wait_line("RUNNING", start_timeout)) << c->output();
+  // b floods a with pushes (~150 KB each): most of its sending is copying.
+  auto b = node({"--name", "b", "--connect", addr, "--remote-shard", "0=a", "--shards", "1",
+                 "--keys", "2000", "--heartbeat-ms", "60000", "--drive", "loop"});
+  ASSERT_TRUE(b->wait_line("RUNNING", start_timeout)) << b->output();
+  child_process gdb("gdb", {"-p", std::to_string(b->pid()), "-batch", "-ex", "break ucp_dt_pack",
+                            "-ex", "continue", "-ex", "echo IN-SEND\\n", "-ex", "bt 6", "-ex",
+                            "shell sleep 600"});
+  const auto stopped = gdb.wait_line("IN-SEND", 60s);
+  if (!stopped) {
+    const auto out = gdb.output();
+    if (out.find("ptrace") != std::string::npos)
+      GTEST_SKIP() << "gdb may not attach here (ptrace refused):\n" << out;
+    FAIL() << "gdb never stopped b inside a send:\n" << out;
+  }
+  // b is silent: a marks it down by the heartbeat (5 s) ...
+  ASSERT_TRUE(a->wait_line("DOWN b", 40s)) << a->output() << gdb.output();
+  // ... and goes on hearing c for two more heartbeat periods.
+  EXPECT_FALSE(a->wait_line("DOWN c", 10s)) << a->output() << gdb.output();
+  EXPECT_TRUE(c->running()) << c->output();
+  gdb.signal(SIGKILL);
+  b->signal(SIGKILL);
+  c->signal(SIGKILL);
+  a->close_stdin();
+  EXPECT_EQ(a->wait_exit(run_timeout), 0) << a->output();
 }
 
 TEST_F(ClusterTest, CorruptedFrameIsRejectedAndTheConnectionClosed) {
