@@ -7,7 +7,8 @@
 // are memory reads, an LMDB miss a short read; no thread hop, measured 3x
 // the small-batch throughput of a worker-thread hand-off); otherwise by
 // that many worker threads (a training gateway, whose requests wait for
-// shards). Peers on the same host get shared memory, others TCP or RDMA.
+// shards). Peers on the same host get loopback TCP (shared memory only
+// where UCX_TLS allows it, docs/transport.md), others TCP or RDMA.
 //
 // start() listens (port 0: a free one, see port()); stop() says goodbye to
 // the clients, drains the queue and joins the threads. Thread-safe.
