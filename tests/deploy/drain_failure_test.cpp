@@ -12,7 +12,9 @@
 //   like any node's, so the run goes to the crash policy (the launcher
 //   exits non-zero naming n2; nobody hangs), and the checkpoint it leaves
 //   holds a committed map.
-// Real processes over UCX on loopback; polls with deadlines.
+// Both in async and in pass mode (where the fence and the commit fall on a
+// pass boundary, ARCHITECTURE.md "Pass mode"). Real processes over UCX on
+// loopback; polls with deadlines.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -80,10 +82,10 @@ void start_drain(standby_cluster& c, draining& run) {
   ASSERT_TRUE(c.launch().running()) << c.launch().out() << c.launch().err();
 }
 
-TEST(DrainFailure, KillingTheSuccessorsNodeBeforeTheFenceAbandonsTheDrainAndTrainingGoesOn) {
+void kill_the_successors_node_before_the_fence(bool pass) {
   temp_dir dir;
   const fs::path d = dir.path();
-  standby_cluster c(d, 1, /*one_epoch=*/true, /*pass=*/false, slow_copy);
+  standby_cluster c(d, 1, /*one_epoch=*/true, pass, slow_copy);
   c.wait_for_training();
   draining run;
   start_drain(c, run);
@@ -143,10 +145,10 @@ TEST(DrainFailure, KillingTheSuccessorsNodeBeforeTheFenceAbandonsTheDrainAndTrai
   for (auto p : positions) EXPECT_GT(p, 0u);
 }
 
-TEST(DrainFailure, KillingTheDrainingNodeBeforeTheFenceGoesToTheCrashPolicy) {
+void kill_the_draining_node_before_the_fence(bool pass) {
   temp_dir dir;
   const fs::path d = dir.path();
-  standby_cluster c(d, 1, /*one_epoch=*/true, /*pass=*/false, slow_copy);
+  standby_cluster c(d, 1, /*one_epoch=*/true, pass, slow_copy);
   c.wait_for_training();
   draining run;
   start_drain(c, run);
@@ -173,6 +175,22 @@ TEST(DrainFailure, KillingTheDrainingNodeBeforeTheFenceGoesToTheCrashPolicy) {
   auto latest = actors::latest_checkpoint(d / "ckpt");
   ASSERT_TRUE(latest) << "no checkpoint\n" << c.launch().out();
   expect_three_shard_map(*latest);
+}
+
+TEST(DrainFailure, KillingTheSuccessorsNodeBeforeTheFenceAbandonsTheDrainAndTrainingGoesOn) {
+  kill_the_successors_node_before_the_fence(/*pass=*/false);
+}
+
+TEST(DrainFailure, KillingTheSuccessorsNodeBeforeTheFenceAbandonsTheDrainPassMode) {
+  kill_the_successors_node_before_the_fence(/*pass=*/true);
+}
+
+TEST(DrainFailure, KillingTheDrainingNodeBeforeTheFenceGoesToTheCrashPolicy) {
+  kill_the_draining_node_before_the_fence(/*pass=*/false);
+}
+
+TEST(DrainFailure, KillingTheDrainingNodeBeforeTheFenceGoesToTheCrashPolicyPassMode) {
+  kill_the_draining_node_before_the_fence(/*pass=*/true);
 }
 
 }  // namespace
