@@ -32,6 +32,9 @@ struct pending_fill {
   size_t outstanding = 0;
   caf::typed_response_promise<lookup_reply> promise;
   bool reply = false;
+  // A prefetch's fill: its pulls go as (pull_atom, prefetch_atom), so the
+  // shards count the rows as read ahead, not as a lookup's wait.
+  bool ahead = false;
   std::function<void()> then;             // runs once every row is in (push in pass mode)
   std::function<void(caf::error&)> fail;  // a shard refused a pull
   flat_map<uint8_t> not_admitted;         // keys the shards flagged

@@ -13,6 +13,7 @@ std::shared_ptr<pending_fill> acquire_fill(cache_state& st) {
     f->outstanding = 0;
     f->promise = {};
     f->reply = false;
+    f->ahead = false;
     f->then = nullptr;
     f->fail = nullptr;
     f->started = 0;
@@ -253,73 +254,77 @@ void fill_rows(cache_pointer self, std::shared_ptr<pending_fill> fill, bool coun
     for (uint32_t i : groups[s]) part.push_back(wanted[i]);
     ++fill->outstanding;
     const double sent = st.now();
-    self->request(st.shards[s], caf::infinite, pull_atom::value, std::move(part))
-        .then(
-            [self, fill, sent](pull_reply& reply) {
-              auto& st = self->state;
-              st.pull_latency.observe(st.now() - sent);
-              auto* out = reinterpret_cast<std::byte*>(fill->rows.records.data());
-              const auto* in = reinterpret_cast<const std::byte*>(reply.rows.records.data());
-              // The shard's answer predates whatever this tier did to the
-              // keys since the pull was sent: a row brought in by another
-              // fill and updated here (still resident, or evicted dirty and
-              // in the evicted buffer, whose release waits for an ack that
-              // the shard sends after this reply). The newest copy is served
-              // and inserted.
-              auto& resident = fill->resident;
-              auto& absent = fill->absent;
-              resident.resize(reply.rows.records.size());
-              absent.resize(reply.rows.keys.size());
-              cache_counts q;
-              run_sync("cache query", [&](cache_completion done) {
-                st.cache->query(host_span(std::span<const uint64_t>(reply.rows.keys)),
-                                host_span(std::span<std::byte>(resident)),
-                                host_span(std::span<uint32_t>(absent)), q, std::move(done));
-              });
-              absent.resize(q.misses);
-              auto& admitted_keys = fill->admitted_keys;
-              auto& admitted_rows = fill->admitted_rows;
-              admitted_keys.clear();
-              admitted_rows.clear();
-              size_t a = 0;
-              for (size_t j = 0; j < reply.rows.keys.size(); ++j) {
-                const std::byte* rec = in + j * st.record_bytes;
-                const bool is_resident = !(a < absent.size() && absent[a] == j);
-                if (!is_resident) ++a;
-                const std::byte* cached = resident.data() + j * st.record_bytes;
-                if (is_resident && meta_of(cached).version >= meta_of(rec).version) rec = cached;
-                if (!st.evicted.empty())
-                  if (auto ev = st.evicted.find(reply.rows.keys[j]);
-                      ev != st.evicted.end() &&
-                      meta_of(ev->second.data()).version > meta_of(rec).version)
-                    rec = ev->second.data();
-                if (!reply.admitted.empty() && !reply.admitted[j]) {
-                  fill->not_admitted.try_emplace(reply.rows.keys[j], 1);
-                  ++st.stats.admission_rejections;
-                }
-                fill->for_each_position(reply.rows.keys[j], [&](uint32_t pos) {
-                  std::memcpy(out + size_t{pos} * st.record_bytes, rec, st.record_bytes);
-                });
-                if (reply.admitted.empty() || reply.admitted[j]) {
-                  admitted_keys.push_back(reply.rows.keys[j]);
-                  admitted_rows.insert(admitted_rows.end(), rec, rec + st.record_bytes);
-                }
-              }
-              insert(self, admitted_keys, admitted_rows.data(), false);
-              st.keys_pool.give(std::move(reply.rows.keys));
-              st.bytes_pool.give(std::move(reply.rows.records));
-              st.bytes_pool.give(std::move(reply.admitted));
-              --fill->outstanding;
-              finish_fill(self, fill);
-            },
-            [fill](caf::error& err) {
-              if (fill->reply) fill->promise.deliver(err);
-              if (fill->fail) fill->fail(err);
-              fill->reply = false;
-              fill->promise = {};
-              fill->then = nullptr;
-              fill->fail = nullptr;
-            });
+    auto got = [self, fill, sent](pull_reply& reply) {
+      auto& st = self->state;
+      st.pull_latency.observe(st.now() - sent);
+      auto* out = reinterpret_cast<std::byte*>(fill->rows.records.data());
+      const auto* in = reinterpret_cast<const std::byte*>(reply.rows.records.data());
+      // The shard's answer predates whatever this tier did to the
+      // keys since the pull was sent: a row brought in by another
+      // fill and updated here (still resident, or evicted dirty and
+      // in the evicted buffer, whose release waits for an ack that
+      // the shard sends after this reply). The newest copy is served
+      // and inserted.
+      auto& resident = fill->resident;
+      auto& absent = fill->absent;
+      resident.resize(reply.rows.records.size());
+      absent.resize(reply.rows.keys.size());
+      cache_counts q;
+      run_sync("cache query", [&](cache_completion done) {
+        st.cache->query(host_span(std::span<const uint64_t>(reply.rows.keys)),
+                        host_span(std::span<std::byte>(resident)),
+                        host_span(std::span<uint32_t>(absent)), q, std::move(done));
+      });
+      absent.resize(q.misses);
+      auto& admitted_keys = fill->admitted_keys;
+      auto& admitted_rows = fill->admitted_rows;
+      admitted_keys.clear();
+      admitted_rows.clear();
+      size_t a = 0;
+      for (size_t j = 0; j < reply.rows.keys.size(); ++j) {
+        const std::byte* rec = in + j * st.record_bytes;
+        const bool is_resident = !(a < absent.size() && absent[a] == j);
+        if (!is_resident) ++a;
+        const std::byte* cached = resident.data() + j * st.record_bytes;
+        if (is_resident && meta_of(cached).version >= meta_of(rec).version) rec = cached;
+        if (!st.evicted.empty())
+          if (auto ev = st.evicted.find(reply.rows.keys[j]);
+              ev != st.evicted.end() && meta_of(ev->second.data()).version > meta_of(rec).version)
+            rec = ev->second.data();
+        if (!reply.admitted.empty() && !reply.admitted[j]) {
+          fill->not_admitted.try_emplace(reply.rows.keys[j], 1);
+          ++st.stats.admission_rejections;
+        }
+        fill->for_each_position(reply.rows.keys[j], [&](uint32_t pos) {
+          std::memcpy(out + size_t{pos} * st.record_bytes, rec, st.record_bytes);
+        });
+        if (reply.admitted.empty() || reply.admitted[j]) {
+          admitted_keys.push_back(reply.rows.keys[j]);
+          admitted_rows.insert(admitted_rows.end(), rec, rec + st.record_bytes);
+        }
+      }
+      insert(self, admitted_keys, admitted_rows.data(), false);
+      st.keys_pool.give(std::move(reply.rows.keys));
+      st.bytes_pool.give(std::move(reply.rows.records));
+      st.bytes_pool.give(std::move(reply.admitted));
+      --fill->outstanding;
+      finish_fill(self, fill);
+    };
+    auto failed = [fill](caf::error& err) {
+      if (fill->reply) fill->promise.deliver(err);
+      if (fill->fail) fill->fail(err);
+      fill->reply = false;
+      fill->promise = {};
+      fill->then = nullptr;
+      fill->fail = nullptr;
+    };
+    if (fill->ahead)
+      self->request(st.shards[s], caf::infinite, pull_atom::value, prefetch_atom::value,
+                    std::move(part))
+          .then(std::move(got), std::move(failed));
+    else
+      self->request(st.shards[s], caf::infinite, pull_atom::value, std::move(part))
+          .then(std::move(got), std::move(failed));
   }
 }
 
@@ -384,6 +389,7 @@ cache_tier_actor::behavior_type cache_behavior(cache_pointer self, cache_config 
         auto fill = acquire_fill(st);
         st.keys_pool.give(std::move(fill->keys));
         fill->keys = std::move(keys);
+        fill->ahead = true;
         fill_rows(self, fill, false);
       },
       [self](push_atom, push_request& req) -> caf::result<push_ack> {

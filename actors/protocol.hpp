@@ -271,6 +271,9 @@ typename Inspector::result_type inspect(Inspector& f, migration_order& x) {
 using shard_actor = caf::typed_actor<
     // Rows for keys (duplicates allowed), promoting and initializing.
     caf::replies_to<pull_atom, std::vector<uint64_t>>::with<pull_reply>,
+    // The same, for a cache tier's prefetch fill (rows ahead of use: nobody
+    // waits on them yet): counted as prefetched rows, not as lookups.
+    caf::replies_to<pull_atom, prefetch_atom, std::vector<uint64_t>>::with<pull_reply>,
     // Async mode: apply gradients (reduced per key), reply with updated rows.
     caf::replies_to<push_atom, push_request>::with<push_reply>,
     // A cache tier's whole-row write-back (pass end, eviction); older

@@ -12,24 +12,77 @@ namespace {
 using namespace shard_detail;
 
 // A pull of keys this shard serves.
-caf::error pull_local(shard_pointer self, const std::vector<uint64_t>& keys, pull_reply& reply) {
+caf::error pull_local(shard_pointer self, const std::vector<uint64_t>& keys, pull_reply& reply,
+                      bool ahead) {
   auto& st = self->state;
   const row_layout& layout = st.config.table.layout;
   const double start = st.config.clock->now_seconds();
   touch(st, keys);
   reply.rows.keys = keys;
   reply.rows.records.resize(keys.size() * layout.record_bytes());
-  const uint64_t reads_before = st.read_timer->reads();
   const uint64_t rows_before = st.read_timer->rows();
   auto s = st.chain->lookup(keys, rows_of(reply.rows, layout), &reply.admitted);
   if (!s) return to_caf(s.err());
-  ++st.metrics.pulls;
-  st.metrics.lookup_rows += keys.size();
-  st.metrics.lookup_ssd_wait_rows += st.read_timer->rows() - rows_before;
-  if (st.read_timer->reads() != reads_before) ++st.metrics.lmdb_waits;
+  count_pull(st, keys.size(), st.read_timer->rows() - rows_before, ahead);
   maybe_flush(self);
   st.metrics.pull.observe(st.config.clock->now_seconds() - start);
   return {};
+}
+
+// A pull (ahead: a cache tier's prefetch fill): local keys served here,
+// keys a newer map gives another shard forwarded there (as the same kind
+// of pull) and merged into one reply.
+caf::result<pull_reply> serve_pull(shard_pointer self, const std::vector<uint64_t>& keys,
+                                   bool ahead) {
+  if (self->state.fatal) return self->state.fatal;
+  if (all_keys_local(self->state)) {
+    if (self->state.async_reads) return pull_async(self, keys, ahead);
+    pull_reply reply;
+    if (auto err = pull_local(self, keys, reply, ahead)) return err;
+    return reply;
+  }
+  auto split = split_keys(self->state, keys, sender_of(self));
+  if (split.remote.empty()) {
+    pull_reply reply;
+    if (auto err = pull_local(self, keys, reply, ahead)) return err;
+    return reply;
+  }
+  // Some keys belong elsewhere (a fenced partition, a late request
+  // under an older map): serve ours, forward the rest, merge.
+  const size_t rb = self->state.config.table.layout.record_bytes();
+  auto merged = std::make_shared<pull_reply>();
+  merged->rows.keys = keys;
+  merged->rows.records.resize(keys.size() * rb);
+  merged->admitted.assign(keys.size(), 1);
+  auto place = [merged, rb](const std::vector<uint32_t>& at, const pull_reply& part) {
+    for (size_t j = 0; j < at.size(); ++j) {
+      std::memcpy(merged->rows.records.data() + size_t{at[j]} * rb,
+                  part.rows.records.data() + j * rb, rb);
+      if (!part.admitted.empty()) merged->admitted[at[j]] = part.admitted[j];
+    }
+  };
+  if (!split.local.empty()) {
+    pull_reply local;
+    if (auto err = pull_local(self, pick(keys, split.local), local, ahead)) return err;
+    place(split.local, local);
+  }
+  auto promise = self->make_response_promise<pull_reply>();
+  auto missing = std::make_shared<size_t>(split.remote.size());
+  for (auto& [other, at] : split.remote) {
+    auto got = [merged, place, at = at, missing, promise](pull_reply& part) mutable {
+      place(at, part);
+      if (--*missing == 0) promise.deliver(std::move(*merged));
+    };
+    auto failed = [promise](caf::error& err) mutable { promise.deliver(err); };
+    auto to = caf::actor_cast<shard_actor>(other);
+    if (ahead)
+      self->request(to, caf::infinite, pull_atom::value, prefetch_atom::value, pick(keys, at))
+          .then(std::move(got), std::move(failed));
+    else
+      self->request(to, caf::infinite, pull_atom::value, pick(keys, at))
+          .then(std::move(got), std::move(failed));
+  }
+  return promise;
 }
 
 // A push of keys this shard serves: applied, the updated rows of the
@@ -102,52 +155,11 @@ shard_actor::behavior_type shard_behavior(shard_pointer self, shard_config confi
   self->link_to(reader);
   const row_layout layout = st.config.table.layout;
   return {
-      [self, layout](pull_atom, const std::vector<uint64_t>& keys) -> caf::result<pull_reply> {
-        if (self->state.fatal) return self->state.fatal;
-        if (all_keys_local(self->state)) {
-          if (self->state.async_reads) return pull_async(self, keys);
-          pull_reply reply;
-          if (auto err = pull_local(self, keys, reply)) return err;
-          return reply;
-        }
-        auto split = split_keys(self->state, keys, sender_of(self));
-        if (split.remote.empty()) {
-          pull_reply reply;
-          if (auto err = pull_local(self, keys, reply)) return err;
-          return reply;
-        }
-        // Some keys belong elsewhere (a fenced partition, a late request
-        // under an older map): serve ours, forward the rest, merge.
-        const size_t rb = layout.record_bytes();
-        auto merged = std::make_shared<pull_reply>();
-        merged->rows.keys = keys;
-        merged->rows.records.resize(keys.size() * rb);
-        merged->admitted.assign(keys.size(), 1);
-        auto place = [merged, rb](const std::vector<uint32_t>& at, const pull_reply& part) {
-          for (size_t j = 0; j < at.size(); ++j) {
-            std::memcpy(merged->rows.records.data() + size_t{at[j]} * rb,
-                        part.rows.records.data() + j * rb, rb);
-            if (!part.admitted.empty()) merged->admitted[at[j]] = part.admitted[j];
-          }
-        };
-        if (!split.local.empty()) {
-          pull_reply local;
-          if (auto err = pull_local(self, pick(keys, split.local), local)) return err;
-          place(split.local, local);
-        }
-        auto promise = self->make_response_promise<pull_reply>();
-        auto missing = std::make_shared<size_t>(split.remote.size());
-        for (auto& [other, at] : split.remote)
-          self->request(caf::actor_cast<shard_actor>(other), caf::infinite, pull_atom::value,
-                        pick(keys, at))
-              .then(
-                  [merged, place, at = at, missing, promise](pull_reply& part) mutable {
-                    place(at, part);
-                    if (--*missing == 0) promise.deliver(std::move(*merged));
-                  },
-                  [promise](caf::error& err) mutable { promise.deliver(err); });
-        return promise;
+      [self](pull_atom, const std::vector<uint64_t>& keys) -> caf::result<pull_reply> {
+        return serve_pull(self, keys, /*ahead=*/false);
       },
+      [self](pull_atom, prefetch_atom, const std::vector<uint64_t>& keys)
+          -> caf::result<pull_reply> { return serve_pull(self, keys, /*ahead=*/true); },
       [self, layout](push_atom, const push_request& req) -> caf::result<push_reply> {
         if (self->state.fatal) return self->state.fatal;
         if (req.grads.size() != req.keys.size() * layout.dim)

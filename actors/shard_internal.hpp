@@ -60,7 +60,10 @@ struct shard_metrics {
   // (the chain read LMDB for at least one key: nothing had brought it up).
   uint64_t pulls = 0, lmdb_waits = 0;
   // Key positions in pulls, those read from LMDB while their pull waited,
-  // and rows prefetches read from LMDB ahead of use (nobody waiting).
+  // and rows prefetches read from LMDB ahead of use (nobody waiting). A
+  // cache tier's prefetch fill (pull_atom, prefetch_atom) is a pull whose
+  // rows count as prefetched: prefetch_requests, prefetch_rows and
+  // prefetch_ssd_rows, never lookup_rows.
   uint64_t lookup_rows = 0, lookup_ssd_wait_rows = 0, prefetch_ssd_rows = 0;
   // DRAM hits of parked pulls on rows their read installed (counted at the
   // install already; the stats leave them out).
@@ -209,7 +212,11 @@ void maybe_flush(shard_pointer self);
 
 // A pull of local keys: answered now if every key is above LMDB, else
 // parked until the reader has read the others.
-caf::result<pull_reply> pull_async(shard_pointer self, const std::vector<uint64_t>& keys);
+caf::result<pull_reply> pull_async(shard_pointer self, const std::vector<uint64_t>& keys,
+                                   bool ahead);
+// A pull's rows in the metrics: a lookup's, or (ahead) a prefetch fill's;
+// `ssd_rows` of them were read from LMDB while the pull waited.
+void count_pull(shard_state& st, size_t rows, uint64_t ssd_rows, bool ahead);
 // Prefetch of local keys: reads the cold ones off the thread and installs
 // them (nobody waits).
 void prefetch_async(shard_pointer self, const std::vector<uint64_t>& keys);

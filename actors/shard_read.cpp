@@ -194,7 +194,21 @@ uint64_t read_cold(shard_pointer self, const std::vector<uint64_t>& cold_keys) {
 
 }  // namespace
 
-caf::result<pull_reply> pull_async(shard_pointer self, const std::vector<uint64_t>& keys) {
+void count_pull(shard_state& st, size_t rows, uint64_t ssd_rows, bool ahead) {
+  ++st.metrics.pulls;
+  if (ahead) {
+    ++st.metrics.prefetch_requests;
+    st.metrics.prefetch_rows += rows;
+    st.metrics.prefetch_ssd_rows += ssd_rows;
+    return;
+  }
+  st.metrics.lookup_rows += rows;
+  st.metrics.lookup_ssd_wait_rows += ssd_rows;
+  if (ssd_rows > 0) ++st.metrics.lmdb_waits;
+}
+
+caf::result<pull_reply> pull_async(shard_pointer self, const std::vector<uint64_t>& keys,
+                                   bool ahead) {
   auto& st = self->state;
   const double start = st.config.clock->now_seconds();
   touch(st, keys);
@@ -204,8 +218,7 @@ caf::result<pull_reply> pull_async(shard_pointer self, const std::vector<uint64_
   p.reply.rows.keys = keys;
   p.reply.rows.records.resize(keys.size() * st.config.table.layout.record_bytes());
   p.reply.admitted.assign(keys.size(), 1);
-  ++st.metrics.pulls;
-  st.metrics.lookup_rows += keys.size();
+  count_pull(st, keys.size(), st.cold_at.size(), ahead);
   if (st.cold_at.empty()) {
     // Every row is above LMDB: answered now.
     auto s =
@@ -215,8 +228,6 @@ caf::result<pull_reply> pull_async(shard_pointer self, const std::vector<uint64_
     st.metrics.pull.observe(st.config.clock->now_seconds() - start);
     return std::move(p.reply);
   }
-  ++st.metrics.lmdb_waits;
-  st.metrics.lookup_ssd_wait_rows += st.cold_at.size();
   p.cold = st.cold_at;
   p.cold_keys = pick(keys, p.cold);
   if (!st.warm_at.empty()) {

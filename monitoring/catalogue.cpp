@@ -163,27 +163,30 @@ void add_tier(family_set& out, const labels& owner, const actors::tier_stats& t)
 void add_shard(family_set& out, const labels& owner, const actors::tier_stats& t) {
   out.counter("strata_shard_initialized_rows_total",
               "Rows created by the initializer (keys no tier held).", owner, d(t.initialized));
-  out.counter("strata_shard_prefetch_requests_total", "Prefetch requests received.", owner,
-              d(t.prefetch_requests));
+  out.counter("strata_shard_prefetch_requests_total",
+              "Prefetch requests received (shard prefetches and cache tiers' prefetch fills).",
+              owner, d(t.prefetch_requests));
   out.counter("strata_shard_prefetch_rows_total", "Keys named by prefetch requests.", owner,
               d(t.prefetch_rows));
   out.counter("strata_shard_lookups_total",
               "Pull requests served (cache fills for lookups and prefetches, serving lookups).",
               owner, d(t.pulls));
   out.counter("strata_shard_lmdb_waits_total",
-              "Pull requests whose reply waited on an LMDB read (no tier above held a key).",
+              "Lookup pulls (not prefetch fills) whose reply waited on an LMDB read (no tier "
+              "above held a key).",
               owner, d(t.lmdb_waits));
   out.counter("strata_shard_lookup_rows_total",
-              "Key positions in pull requests (cache fills for lookups and prefetches, serving "
-              "lookups).",
+              "Key positions in lookup pulls (cache fills for lookups, serving lookups; not "
+              "prefetch fills).",
               owner, d(t.lookup_rows));
   out.counter("strata_shard_lookup_ssd_wait_rows_total",
               "Key positions of pulls read from LMDB while the pull waited (no tier above held "
               "the row).",
               owner, d(t.lookup_ssd_wait_rows));
   out.counter("strata_shard_prefetch_ssd_rows_total",
-              "Rows shard prefetches read from LMDB ahead of use (nobody waiting).", owner,
-              d(t.prefetch_ssd_rows));
+              "Rows prefetches (shard prefetches, cache tiers' prefetch fills) read from LMDB "
+              "ahead of use.",
+              owner, d(t.prefetch_ssd_rows));
   out.counter("strata_shard_write_back_rows_total",
               "Whole rows received from cache tiers (pass end, eviction).", owner,
               d(t.write_back_rows));

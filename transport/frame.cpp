@@ -53,6 +53,7 @@ bool is_known_type(uint16_t type) {
     case frame_type::goodbye:
     case frame_type::credit:
     case frame_type::shard_pull:
+    case frame_type::shard_pull_ahead:
     case frame_type::shard_push:
     case frame_type::shard_write_back:
     case frame_type::shard_prefetch:
@@ -116,6 +117,8 @@ std::string_view to_string(frame_type type) {
       return "credit";
     case frame_type::shard_pull:
       return "shard_pull";
+    case frame_type::shard_pull_ahead:
+      return "shard_pull_ahead";
     case frame_type::shard_push:
       return "shard_push";
     case frame_type::shard_write_back:

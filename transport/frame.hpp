@@ -42,17 +42,18 @@ inline constexpr uint32_t default_max_payload_bytes = 256u << 20;
 enum class frame_type : uint16_t {
   // Connection set-up, a mutual challenge-response over the cluster secret
   // (docs/multi-node.md, "Membership"); every one carries a hello_payload.
-  hello = 1,           // connector: name, node id, host id, its nonce
-  hello_ack = 2,       // acceptor: the same, its proof over the connector's nonce
-  hello_proof = 6,     // connector: its proof over the acceptor's nonce, worker address
-  hello_welcome = 7,   // acceptor: admitted; its worker address
-  hello_refused = 8,   // either side: why the other was not admitted (then it closes)
-  heartbeat = 3,  // empty; proves the sender alive
-  goodbye = 4,    // empty; the sender stops (graceful)
-  credit = 5,     // u64: the receiver delivered every sequenced frame up to this seq
+  hello = 1,          // connector: name, node id, host id, its nonce
+  hello_ack = 2,      // acceptor: the same, its proof over the connector's nonce
+  hello_proof = 6,    // connector: its proof over the acceptor's nonce, worker address
+  hello_welcome = 7,  // acceptor: admitted; its worker address
+  hello_refused = 8,  // either side: why the other was not admitted (then it closes)
+  heartbeat = 3,      // empty; proves the sender alive
+  goodbye = 4,        // empty; the sender stops (graceful)
+  credit = 5,         // u64: the receiver delivered every sequenced frame up to this seq
 
   // Requests and one-way messages to an exported actor (`target`).
   shard_pull = 16,        // vector<u64> -> pull_reply
+  shard_pull_ahead = 23,  // vector<u64> -> pull_reply (a cache's prefetch fill)
   shard_push = 17,        // push_request -> push_reply
   shard_write_back = 18,  // row_batch -> ok
   shard_prefetch = 19,    // vector<u64>, one-way
@@ -80,18 +81,18 @@ enum class frame_type : uint16_t {
   shard_resend = 45,      // u32 partition -> row_batch
   cache_map = 31,         // routing_wire -> ok
   // A node's spawner (deploy/node_spawner.hpp): the index only, never a path.
-  spawn_shard = 56,       // u32 index -> ok (exported as shard_base + index)
-  retire_shard = 57,      // u32 index -> ok (exited, its files removed)
-  worker_run = 40,        // u64 batches, u64 epoch -> worker_result
-  worker_stats = 41,      // () -> actor_stats
-  worker_progress = 44,   // progress_report, one-way (a remote worker's, to its runner)
+  spawn_shard = 56,      // u32 index -> ok (exported as shard_base + index)
+  retire_shard = 57,     // u32 index -> ok (exited, its files removed)
+  worker_run = 40,       // u64 batches, u64 epoch -> worker_result
+  worker_stats = 41,     // () -> actor_stats
+  worker_progress = 44,  // progress_report, one-way (a remote worker's, to its runner)
   // A serving node's lookups for clients in the cluster (docs/serving.md):
   // payloads are the binary serving protocol's (client/wire.hpp).
-  serve_lookup = 52,      // key_request -> rows payload
-  serve_prefetch = 53,    // key_request -> ack payload (u32 n)
-  serve_push = 54,        // push payload -> ack payload (a training gateway)
-  echo = 48,              // any payload, answered with the same bytes (tests, bench)
-  sink = 49,              // any payload, one-way, dropped (bench)
+  serve_lookup = 52,    // key_request -> rows payload
+  serve_prefetch = 53,  // key_request -> ack payload (u32 n)
+  serve_push = 54,      // push payload -> ack payload (a training gateway)
+  echo = 48,            // any payload, answered with the same bytes (tests, bench)
+  sink = 49,            // any payload, one-way, dropped (bench)
 
   // Replies (request_id names the request).
   reply = 64,        // the encoded reply value

@@ -56,6 +56,7 @@ status check_payload_value(const frame_header& header, std::span<const std::byte
       return {};
     }
     case frame_type::shard_pull:
+    case frame_type::shard_pull_ahead:
     case frame_type::shard_prefetch:
     case frame_type::cache_lookup:
     case frame_type::cache_prefetch:

@@ -144,6 +144,10 @@ caf::behavior shard_proxy(proxy_actor* self, std::shared_ptr<node_bridge> bridge
       [=](pull_atom, std::vector<uint64_t>& keys) {
         return forward<pull_reply>(self, frame_type::shard_pull, gather_payload(std::move(keys)));
       },
+      [=](pull_atom, prefetch_atom, std::vector<uint64_t>& keys) {
+        return forward<pull_reply>(self, frame_type::shard_pull_ahead,
+                                   gather_payload(std::move(keys)));
+      },
       [=](push_atom, push_request& r) {
         return forward<push_reply>(self, frame_type::shard_push, gather_payload(std::move(r)));
       },

@@ -108,6 +108,13 @@ caf::behavior shard_relay(caf::event_based_actor* self, std::shared_ptr<node_bri
           relay<pull_reply>(self, bridge, f, shard, pull_atom::value, std::move(keys));
         break;
       }
+      case frame_type::shard_pull_ahead: {
+        std::vector<uint64_t> keys;
+        if (decode_request(b, *f, keys))
+          relay<pull_reply>(self, bridge, f, shard, pull_atom::value, prefetch_atom::value,
+                            std::move(keys));
+        break;
+      }
       case frame_type::shard_push: {
         push_request r;
         if (decode_request(b, *f, r))

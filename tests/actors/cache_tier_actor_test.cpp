@@ -207,6 +207,14 @@ shard_actor::behavior_type fake_shard(shard_actor::stateful_pointer<fake_shard_s
         *held_count = self->state.held.size();
         return p;
       },
+      // A prefetch's fill: held the same way.
+      [self, held_count](pull_atom, prefetch_atom,
+                         std::vector<uint64_t>& keys) -> caf::result<pull_reply> {
+        auto p = self->make_response_promise<pull_reply>();
+        self->state.held.push_back({keys, p});
+        *held_count = self->state.held.size();
+        return p;
+      },
       [](push_atom, const push_request&) -> push_reply { return {}; },
       [](write_back_atom, const row_batch&) -> ok_atom { return ok_atom::value; },
       [](prefetch_atom, const std::vector<uint64_t>&) {},

@@ -3,10 +3,13 @@
 // above LMDB held count as SSD waits; a shard prefetch of cold keys reads
 // them from LMDB into DRAM ahead (strata_shard_prefetch_ssd_rows_total), so
 // the pull after it counts none. Both read paths: on the shard's thread
-// (the default) and off it (the reader, on with a read gate).
+// (the default) and off it (the reader, on with a read gate). A cache
+// tier's prefetch fill reaches the shard as (pull_atom, prefetch_atom): its
+// rows count as prefetched, so the lookup after it counts no wait.
 #include <gtest/gtest.h>
 #include <prometheus/text_serializer.h>
 
+#include "actors/cache_tier_actor.hpp"
 #include "actors/row_batch_util.hpp"
 #include "actors/shard_actor.hpp"
 #include "actors/shard_reader.hpp"
@@ -130,6 +133,60 @@ TEST_P(ssd_wait_fixture, CountersAreExported) {
             double(before.lookup_ssd_wait_rows + 3));
   EXPECT_EQ(series.at("strata_shard_prefetch_ssd_rows_total" + owner),
             double(before.prefetch_ssd_rows + 2));
+}
+
+// A prefetch fill's pull (pull_atom, prefetch_atom) answers the rows like a
+// pull, but counts them as prefetched: no lookup rows, no SSD waits.
+TEST_P(ssd_wait_fixture, AFillAheadCountsItsColdRowsAsPrefetchedNotAsWaits) {
+  cold_rows();
+  const auto before = stats();
+  auto r = h.call<pull_reply>(shard, pull_atom::value, prefetch_atom::value, range(0, 4));
+  ASSERT_EQ(r.rows.keys.size(), 4u);
+  EXPECT_EQ(weight(r, 0), 3.0f);
+  EXPECT_EQ(weight(r, 3), 3.0f);
+  const auto after = stats();
+  EXPECT_EQ(after.lookup_rows, before.lookup_rows);
+  EXPECT_EQ(after.lookup_ssd_wait_rows, before.lookup_ssd_wait_rows);
+  EXPECT_EQ(after.prefetch_ssd_rows, before.prefetch_ssd_rows + 4);
+  EXPECT_EQ(after.prefetch_rows, before.prefetch_rows + 4);
+  EXPECT_EQ(after.prefetch_requests, before.prefetch_requests + 1);
+}
+
+// Through a cache tier: its prefetch's fill is read ahead (the shard counts
+// it so), and the lookup of the same keys after it is served by the cache
+// without a pull; a lookup of keys never prefetched waits on LMDB. Before
+// the fill went as its own message, the shard counted the prefetch's cold
+// rows as a lookup's waits (bench e2e's wait rate was the same with
+// prefetch_depth 2 and 0).
+TEST_P(ssd_wait_fixture, ACacheTiersPrefetchIsReadAheadAndItsLookupWaitsOnNothing) {
+  cold_rows();
+  cache_config c;
+  c.table = table;
+  c.geometry.sets = 16;
+  auto cache = spawn_cache_tier(h.system(), c, training_mode::async, {shard}, partition_map(8, 1));
+  ASSERT_TRUE(cache) << cache.err().to_string();
+  const auto before = stats();
+  h.system().spawn([c = *cache, keys = range(0, 8)](caf::event_based_actor* self) {
+    self->send(c, prefetch_atom::value, keys);
+  });
+  h.sched().run();
+  const auto fetched = stats();
+  EXPECT_EQ(fetched.prefetch_ssd_rows, before.prefetch_ssd_rows + 8);
+  EXPECT_EQ(fetched.lookup_rows, before.lookup_rows);
+  EXPECT_EQ(fetched.lookup_ssd_wait_rows, before.lookup_ssd_wait_rows);
+
+  auto hit = h.call<lookup_reply>(*cache, lookup_atom::value, range(0, 8));
+  ASSERT_EQ(hit.rows.keys.size(), 8u);
+  EXPECT_EQ(weights_of(rows_of(hit.rows, table.layout)[7])[0], 3.0f);
+  const auto looked = stats();
+  EXPECT_EQ(looked.lookup_ssd_wait_rows, fetched.lookup_ssd_wait_rows)
+      << "a lookup of prefetched rows waited on LMDB";
+
+  auto miss = h.call<lookup_reply>(*cache, lookup_atom::value, range(20, 3));
+  EXPECT_EQ(weights_of(rows_of(miss.rows, table.layout)[2])[0], 3.0f);
+  const auto missed = stats();
+  EXPECT_EQ(missed.lookup_rows, looked.lookup_rows + 3);
+  EXPECT_EQ(missed.lookup_ssd_wait_rows, looked.lookup_ssd_wait_rows + 3);
 }
 
 INSTANTIATE_TEST_SUITE_P(Reads, ssd_wait_fixture, ::testing::Values(false, true),

@@ -162,6 +162,7 @@ def string(s):
 
 
 SHARD_PULL, SHARD_PUSH, SHARD_TICK, HEARTBEAT, REPLY_ERROR = 16, 17, 20, 3, 65
+SHARD_PULL_AHEAD = 23
 SHARD_MIGRATE, SHARD_COMMIT, CACHE_MAP, SPAWN_SHARD = 38, 43, 31, 56
 
 
@@ -179,6 +180,7 @@ routing = struct.pack("<Q", 2) + vec_u32([0, 1, 0, 1]) + actor_refs([(b"n0", 0x1
                                                                      (b"n1", 0x10001)])
 frame = {
     "valid-shard-pull": node_frame(SHARD_PULL, 1, vec_u64([1, 2, 3])),
+    "valid-shard-pull-ahead": node_frame(SHARD_PULL_AHEAD, 1, vec_u64([4, 5])),
     "valid-heartbeat": node_frame(HEARTBEAT, 0, b""),
     # keys, grads, epoch 9, push id 77 (version 2)
     "valid-push": node_frame(SHARD_PUSH, 2, vec_u64([5]) + struct.pack("<Qff", 2, 1.0, -1.0)

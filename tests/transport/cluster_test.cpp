@@ -179,8 +179,8 @@ TEST_F(ClusterTest, EveryMessageTypeCrossesAProcessBoundary) {
   expect_passes(*b);
   size_t passes = 0;
   for (const auto& l : b->lines()) passes += l.rfind("PASS", 0) == 0;
-  // 5 shard, 6 cache tier, 4 dense, 5 echo checks.
-  EXPECT_EQ(passes, 20u) << b->output();
+  // 6 shard, 6 cache tier, 4 dense, 5 echo checks.
+  EXPECT_EQ(passes, 21u) << b->output();
   a->close_stdin();
   EXPECT_EQ(a->wait_exit(run_timeout), 0) << a->output();
 }

@@ -348,6 +348,17 @@ bool drive_every_type(caf::actor_system& system, transport::node_transport& t, c
                             o.dim * sizeof(float)) == 0;
   }
   all &= check(same_rows, "shard pull after write_back");
+  // A cache's prefetch fill (shard_pull_ahead): the same rows, counted as
+  // prefetched by the shard (stats below).
+  auto ahead = ask<pull_reply>(self, shard, failure, pull_atom::value, prefetch_atom::value,
+                               std::vector<uint64_t>{12, 11});
+  all &=
+      check(ahead && ahead->rows.keys == std::vector<uint64_t>{12, 11} && pulled &&
+                ahead->rows.records.size() == pulled->rows.records.size() &&
+                std::memcmp(
+                    weights_of(reinterpret_cast<const std::byte*>(ahead->rows.records.data())),
+                    weights_of(records.data() + layout.record_bytes()), o.dim * sizeof(float)) == 0,
+            "shard pull ahead (a prefetch fill)");
   push_request push{{11}, std::vector<float>(o.dim, -1.0f), 3};
   auto pushed = ask<push_reply>(self, shard, failure, push_atom::value, push);
   all &= check(pushed && pushed->rows.keys == std::vector<uint64_t>{11}, "shard push");
@@ -355,9 +366,9 @@ bool drive_every_type(caf::actor_system& system, transport::node_transport& t, c
   self->send(shard, tick_atom::value, uint32_t{5});
   auto stats = ask<tier_stats>(self, shard, failure, stats_atom::value);
   // prefetch and tick were sent before stats: FIFO means they were handled.
-  all &= check(
-      stats && stats->prefetch_requests >= 1 && !stats->latencies.empty() && stats->pushes == 1,
-      "shard prefetch, tick, stats (tier_stats with latency snapshots)");
+  all &= check(stats && stats->prefetch_requests >= 2 && stats->prefetch_rows >= 4 &&
+                   !stats->latencies.empty() && stats->pushes == 1,
+               "shard prefetch, tick, stats (tier_stats with latency snapshots)");
   all &= check(ask<ok_atom>(self, shard, failure, drain_atom::value).has_value(), "shard drain");
   if (c.dense) {
     auto step =
