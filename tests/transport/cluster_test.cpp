@@ -24,7 +24,7 @@ constexpr auto start_timeout = 60s;
 constexpr auto run_timeout = 180s;
 
 class ClusterTest : public ::testing::Test {
- public:
+ protected:
   std::unique_ptr<child_process> node(std::vector<std::string> args,
                                       std::vector<std::string> env = {"UCX_NET_DEVICES=lo"}) {
     args.insert(args.end(), {"--dir", dir_.path().string()});
@@ -49,44 +49,43 @@ class ClusterTest : public ::testing::Test {
     return false;
   }
 
+  // Same host: the connection moves to the worker address. Its lanes are
+  // loopback TCP unless the user's UCX_TLS allows shared memory
+  // (node_bridge_init.cpp says why shared memory is off by default).
+  void exact_sum_across_two_processes(bool shared_memory) {
+    std::vector<std::string> env{"UCX_NET_DEVICES=lo"};
+    if (shared_memory) env.push_back("UCX_TLS=^cma");
+    auto a =
+        node({"--name", "a", "--shard", "0", "--shard", "1", "--shards", "2", "--dim", "16"}, env);
+    const auto addr = address_of(*a);
+    auto b = node({"--name", "b", "--connect", addr, "--remote-shard", "0=a", "--remote-shard",
+                   "1=a", "--shards", "2", "--keys", "2000", "--dim", "16", "--rounds", "12",
+                   "--drive", "exact-sum"},
+                  env);
+    expect_passes(*b);
+    EXPECT_TRUE(has_line(*b, "PASS exact-sum 2000 keys"));
+    EXPECT_TRUE(has_line(*b, "PEER a path=worker-address")) << b->output();
+    // ... and UCX carries it over shared memory exactly when allowed.
+    bool found = false, over_shared_memory = false;
+    for (const auto& l : b->lines()) {
+      if (l.rfind("PEER a", 0) != 0) continue;
+      found = true;
+      over_shared_memory =
+          l.find("posix/") != std::string::npos || l.find("sysv/") != std::string::npos;
+    }
+    EXPECT_TRUE(found) << b->output();
+    EXPECT_EQ(over_shared_memory, shared_memory) << b->output();
+    a->close_stdin();
+    EXPECT_EQ(a->wait_exit(run_timeout), 0) << a->output();
+  }
+
   temp_dir dir_;
 };
 
-void exact_sum_across_two_processes(ClusterTest& t, bool shared_memory) {
-  std::vector<std::string> env{"UCX_NET_DEVICES=lo"};
-  if (shared_memory) env.push_back("UCX_TLS=^cma");
-  auto a = t.node({"--name", "a", "--shard", "0", "--shard", "1", "--shards", "2", "--dim", "16"},
-                  env);
-  const auto addr = t.address_of(*a);
-  auto b =
-      t.node({"--name", "b", "--connect", addr, "--remote-shard", "0=a", "--remote-shard", "1=a",
-              "--shards", "2", "--keys", "2000", "--dim", "16", "--rounds", "12", "--drive",
-              "exact-sum"},
-             env);
-  t.expect_passes(*b);
-  EXPECT_TRUE(ClusterTest::has_line(*b, "PASS exact-sum 2000 keys"));
-  EXPECT_TRUE(ClusterTest::has_line(*b, "PEER a path=worker-address")) << b->output();
-  // ... and UCX carries it over shared memory exactly when allowed.
-  bool found = false, over_shared_memory = false;
-  for (const auto& l : b->lines()) {
-    if (l.rfind("PEER a", 0) != 0) continue;
-    found = true;
-    over_shared_memory =
-        l.find("posix/") != std::string::npos || l.find("sysv/") != std::string::npos;
-  }
-  EXPECT_TRUE(found) << b->output();
-  EXPECT_EQ(over_shared_memory, shared_memory) << b->output();
-  a->close_stdin();
-  EXPECT_EQ(a->wait_exit(run_timeout), 0) << a->output();
-}
-
-// Same host: the connection moves to the worker address. Its lanes are
-// loopback TCP unless the user's UCX_TLS allows shared memory
-// (node_bridge_init.cpp says why shared memory is off by default).
-TEST_F(ClusterTest, ExactSumAcrossTwoProcesses) { exact_sum_across_two_processes(*this, false); }
+TEST_F(ClusterTest, ExactSumAcrossTwoProcesses) { exact_sum_across_two_processes(false); }
 
 TEST_F(ClusterTest, ExactSumAcrossTwoProcessesOverSharedMemoryWhenTheUserAllowsIt) {
-  exact_sum_across_two_processes(*this, true);
+  exact_sum_across_two_processes(true);
 }
 
 TEST_F(ClusterTest, ExactSumAcrossThreeProcessesOverTcp) {
