@@ -119,6 +119,7 @@ expected<manifest> parse_manifest(std::string_view text, const std::string& file
     read_top(top, r);
     read_nodes(top, r);
     read_table(top.child("table"), r);
+    read_tables(top, r);
     read_model(top.child("model"), r);
     top.require("shards");
     read_shards(top.child("shards"), r);
@@ -137,6 +138,7 @@ expected<manifest> parse_manifest(std::string_view text, const std::string& file
     if (top.has("serving")) read_serving(top.child("serving"), r);
     if (top.has("updates")) read_updates(top.child("updates"), r);
     top.finish();
+    apply_tables(r);
   } catch (const YAML::Exception& e) {
     diag.fail(e.mark, "", e.msg);
     read_whole = false;

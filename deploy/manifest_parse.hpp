@@ -27,6 +27,27 @@
 
 namespace strata::deploy::detail {
 
+// One entry of `tables:` (docs/manifest.md, "tables"). Unset fields take
+// the cluster-wide defaults: model.embedding_dim + 1, shards.admission_threshold,
+// shards.ttl_ticks, an even part of shards.dram_bytes.
+struct raw_table {
+  table_config table;  // name, seed, optimizer, initializer
+  std::optional<uint32_t> dim;  // floats per row (element 0: the linear weight)
+  std::optional<uint32_t> admission_threshold;
+  std::optional<uint32_t> ttl_ticks;
+  std::optional<double> dram_share;  // part of shards.dram_bytes, (0, 1]
+  std::string path;                  // "tables[i]", for messages
+  YAML::Mark mark;
+};
+
+// `model.slot_tables`: one slot's table.
+struct raw_slot_table {
+  std::string slot;   // as written (I3, C1, 17)
+  uint32_t index = 0; // model::slot_index of it
+  std::string table;
+  YAML::Mark mark;
+};
+
 // What the parse reads before building the cluster.
 struct raw_manifest {
   std::string name = "local";
@@ -37,6 +58,12 @@ struct raw_manifest {
 
   table_config table;
   std::optional<uint32_t> table_dim;
+  // `tables:` as written (empty: the single `table:` section). Once read,
+  // apply_tables() copies the first table's settings into `table` and the
+  // cluster-wide fields (a cluster stores one table today, the rules refuse more).
+  std::vector<raw_table> tables;
+  std::string table_path = "table";  // the first table's field path, for messages
+  std::vector<raw_slot_table> slot_tables;
   model::model_config model;
   std::optional<uint32_t> model_slots;
 
@@ -94,6 +121,12 @@ void read_top(section& root, raw_manifest& r);
 // `nodes`: a list of node mappings (read from the top section).
 void read_nodes(section& top, raw_manifest& r);
 void read_table(section s, raw_manifest& r);
+// `tables`: a list of table mappings (read from the top section).
+void read_tables(section& top, raw_manifest& r);
+// With `tables:`, its first entry's settings become the table's and the
+// defaults they override (model.embedding_dim, shards.admission_threshold,
+// shards.ttl_ticks, shards.dram_bytes).
+void apply_tables(raw_manifest& r);
 void read_model(section s, raw_manifest& r);
 void read_checkpoint(section s, raw_manifest& r);
 void read_shards(section s, raw_manifest& r);

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <set>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -68,6 +69,67 @@ void check_serving_path(const raw_manifest& r, diagnostics& diag) {
                                             field + " (" + ckpt.string() +
                                             "); use a directory of its own, e.g. "
                                             "ssd_path/serving");
+}
+
+// `table` / `tables` and `model.slot_tables` (docs/manifest.md, "tables").
+void check_tables(const raw_manifest& r, diagnostics& diag) {
+  // The tables as listed; `table:` is a list of one.
+  std::vector<raw_table> tables = r.tables;
+  if (tables.empty()) {
+    raw_table single;
+    single.table = r.table;
+    single.path = "table";
+    single.mark = diag.mark_of("table");
+    tables.push_back(single);
+  }
+  std::set<std::string> names;
+  double shares = 0;
+  for (const auto& t : tables) {
+    const auto& init = t.table.initializer;
+    if (init.kind == initializer_kind::uniform && !(init.uniform_low < init.uniform_high))
+      diag.fail_at(t.path + ".initializer.high",
+                   "must be greater than " + t.path + ".initializer.low");
+    if (!t.table.name.empty() && !names.insert(t.table.name).second)
+      diag.fail(t.mark, t.path + ".name",
+                "duplicate table name \"" + t.table.name +
+                    "\" (a table's name is its LMDB database and what requests name)");
+    if (t.dram_share) {
+      shares += *t.dram_share;
+      if (shares > 1.0 + 1e-9) {
+        std::ostringstream sum;
+        sum << shares;
+        diag.fail_at(t.path + ".dram_share",
+                     "the tables' dram_share add up to more than 1 (" + sum.str() +
+                         " with this table's)");
+      }
+    }
+  }
+  // The storage, the model, checkpoints and serving keep one table per
+  // cluster today: a second table is refused, named, rather than ignored.
+  if (tables.size() > 1)
+    diag.fail(tables[1].mark, tables[1].path,
+              "table \"" + tables[1].table.name + "\": this build stores, trains and serves one " +
+                  "table per cluster (" + std::to_string(tables.size()) +
+                  " listed): list one, which every slot's features share, kept apart by "
+                  "slot as today (docs/manifest.md, \"tables\")");
+  const uint32_t slots = r.model_slots ? *r.model_slots : reader_slots(r);
+  std::set<uint32_t> mapped;
+  for (const auto& st : r.slot_tables) {
+    const std::string path = "model.slot_tables." + st.slot;
+    if (!names.count(st.table)) {
+      std::string listed;
+      for (const auto& t : tables) listed += (listed.empty() ? "" : ", ") + t.table.name;
+      diag.fail(st.mark, path,
+                "unknown table \"" + st.table + "\" (the manifest's tables: " + listed + ")");
+    }
+    if (slots != 0 && st.index >= slots)
+      diag.fail(st.mark, path,
+                "slot " + st.slot + " is slot " + std::to_string(st.index) + ", but the model has " +
+                    std::to_string(slots) + " slots (0.." + std::to_string(slots - 1) + ")");
+    if (!mapped.insert(st.index).second)
+      diag.fail(st.mark, path,
+                "slot " + st.slot + " (slot " + std::to_string(st.index) + ") is mapped twice");
+  }
 }
 
 }  // namespace
@@ -200,9 +262,7 @@ void check_rules(const raw_manifest& r, diagnostics& diag) {
   if (r.dram.capacity_bytes < one_row)
     diag.fail_at("shards.dram_bytes", "too small to hold one row (" + std::to_string(one_row) +
                                           " bytes at row dim " + std::to_string(row_dim) + ")");
-  if (r.table.initializer.kind == initializer_kind::uniform &&
-      !(r.table.initializer.uniform_low < r.table.initializer.uniform_high))
-    diag.fail_at("table.initializer.high", "must be greater than table.initializer.low");
+  check_tables(r, diag);
 
   const bool is_csv = r.data.format == model::data_format::csv;
   if (is_csv && (!r.has_csv || reader_slots(r) == 0))
@@ -221,9 +281,10 @@ void check_rules(const raw_manifest& r, diagnostics& diag) {
   if (r.objective == actors::gradient_kind::count &&
       (r.table.optimizer.kind != optimizer_kind::sgd || r.table.optimizer.learning_rate != 1.0f ||
        r.table.initializer.kind != initializer_kind::zeros))
-    diag.fail_at("model.objective",
-                 "count needs table.optimizer.kind: sgd, learning_rate: 1 and "
-                 "table.initializer.kind: zeros (every weight then counts its key's sightings)");
+    diag.fail_at("model.objective", "count needs " + r.table_path + ".optimizer.kind: sgd, " +
+                                        "learning_rate: 1 and " + r.table_path +
+                                        ".initializer.kind: zeros (every weight then counts its "
+                                        "key's sightings)");
   if (r.generate && r.data.format != model::data_format::criteo_tsv)
     diag.fail_at("data.generate", "datagen writes criteo_tsv; set data.format: criteo_tsv");
   if (diag.written("data.train_examples") && diag.written("data.heldout_fraction"))

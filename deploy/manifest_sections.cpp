@@ -7,6 +7,7 @@
 
 #include "deploy/manifest_parse.hpp"
 #include "deploy/manifest_reader.hpp"
+#include "model/features.hpp"
 
 namespace strata::deploy::detail {
 namespace {
@@ -135,6 +136,56 @@ void read_table(section s, raw_manifest& r) {
   s.finish();
 }
 
+void read_tables(section& top, raw_manifest& r) {
+  const bool listed = top.sections("tables", [&r](section t, size_t i, const YAML::Mark& mark) {
+    raw_table entry;
+    entry.path = "tables[" + std::to_string(i) + "]";
+    entry.mark = mark;
+    t.require("name");
+    t.text("name", entry.table.name);
+    if (t.has("dim")) {
+      uint32_t dim = 0;
+      t.unsigned_int("dim", dim, 2, max_row_dim);
+      if (dim != 0) entry.dim = dim;
+    }
+    t.unsigned_int("seed", entry.table.initializer.seed);
+    read_optimizer(t.child("optimizer"), entry.table.optimizer);
+    read_initializer(t.child("initializer"), entry.table.initializer);
+    if (t.has("admission_threshold")) {
+      uint32_t threshold = 0;
+      t.unsigned_int("admission_threshold", threshold);
+      entry.admission_threshold = threshold;
+    }
+    if (t.has("ttl_ticks")) {
+      uint32_t ttl = 0;
+      t.unsigned_int("ttl_ticks", ttl);
+      entry.ttl_ticks = ttl;
+    }
+    if (t.has("dram_share")) {
+      double share = 0;
+      t.real("dram_share", share, 0, 1, true);
+      if (share > 0) entry.dram_share = share;
+    }
+    t.finish();
+    r.tables.push_back(std::move(entry));
+  });
+  if (listed && r.tables.empty()) top.diag().fail_at("tables", "must list at least one table");
+  if (listed && top.has("table"))
+    top.diag().fail_at("tables", "give table or tables, not both (table is a list of one)");
+}
+
+void apply_tables(raw_manifest& r) {
+  if (r.tables.empty()) return;
+  const raw_table& first = r.tables.front();
+  r.table = first.table;
+  r.table_path = first.path;
+  if (first.dim) r.model.embedding_dim = *first.dim - 1;
+  if (first.admission_threshold) r.chain.admission_threshold = *first.admission_threshold;
+  if (first.ttl_ticks) r.dram.ttl_ticks = *first.ttl_ticks;
+  if (first.dram_share)
+    r.dram.capacity_bytes = static_cast<size_t>(double(r.dram.capacity_bytes) * *first.dram_share);
+}
+
 void read_model(section s, raw_manifest& r) {
   s.unsigned_int("embedding_dim", r.model.embedding_dim, 1, max_row_dim - 1);
   std::vector<uint32_t> hidden;
@@ -154,6 +205,30 @@ void read_model(section s, raw_manifest& r) {
   if (s.has("slots")) {
     s.unsigned_int("slots", slots, 1, 1u << 16);
     if (slots != 0) r.model_slots = slots;
+  }
+  if (auto found = s.raw("slot_tables")) {
+    const auto& [node, mark] = *found;
+    const std::string path = s.path_of("slot_tables");
+    if (!node.IsMap()) {
+      s.diag().fail(mark, path, "expected a mapping of slot names to table names, got " +
+                                    describe(node));
+    } else {
+      for (const auto& entry : node) {
+        const std::string slot = entry.first.IsScalar() ? entry.first.Scalar() : "";
+        const std::string item_path = path + "." + slot;
+        auto index = model::slot_index(slot);
+        if (!index) {
+          s.diag().fail(entry.first.Mark(), item_path, index.err().message());
+          continue;
+        }
+        if (!entry.second.IsScalar() || entry.second.Scalar().empty()) {
+          s.diag().fail(entry.first.Mark(), item_path,
+                        "expected a table name, got " + describe(entry.second));
+          continue;
+        }
+        r.slot_tables.push_back({slot, *index, entry.second.Scalar(), entry.first.Mark()});
+      }
+    }
   }
   s.unsigned_int("seed", r.model.seed);
   s.choice<actors::gradient_kind>(

@@ -63,7 +63,7 @@ uint64_t ffm_key(uint32_t field, uint64_t feature) {
   return hash_key(feature, hash_key(field, seed::ffm));
 }
 
-expected<uint64_t> feature_key(std::string_view slot, std::string_view value) {
+expected<uint32_t> slot_index(std::string_view slot) {
   const auto unknown = [&] {
     return error(errc::invalid_argument,
                  "unknown slot '" + std::string(slot) +
@@ -72,19 +72,26 @@ expected<uint64_t> feature_key(std::string_view slot, std::string_view value) {
   };
   if (slot.empty()) return unknown();
   uint32_t n = 0;
-  if (parse_whole(slot, n)) return categorical_key(n, value);
+  if (parse_whole(slot, n)) return n;
   const char kind = slot.front();
   if ((kind != 'C' && kind != 'I') || !parse_whole(slot.substr(1), n) || n == 0) return unknown();
   if (kind == 'C') {
     if (n > criteo_categoricals) return unknown();
-    return categorical_key(criteo_integers + n - 1, value);
+    return criteo_integers + n - 1;
   }
   if (n > criteo_integers) return unknown();
+  return n - 1;
+}
+
+expected<uint64_t> feature_key(std::string_view slot, std::string_view value) {
+  auto index = slot_index(slot);
+  if (!index) return index.err();
+  if (slot.front() != 'I') return categorical_key(*index, value);
   int64_t v = 0;
   if (!parse_integer_value(value, v))
     return error(errc::invalid_argument, "slot " + std::string(slot) + " is an integer column: '" +
                                              std::string(value) + "' is not an integer");
-  return integer_key(n - 1, v);
+  return integer_key(*index, v);
 }
 
 }  // namespace strata::model

@@ -24,6 +24,11 @@ bool parse_integer_value(std::string_view s, int64_t& out);
 // libffm's field:feature pair.
 uint64_t ffm_key(uint32_t field, uint64_t feature);
 
+// The slot a slot name stands for, by the names feature_key takes:
+// "I1".."I13" -> 0..12, "C1".."C26" -> 13..38, a plain number -> itself.
+// invalid_argument names an unknown slot and the names it takes.
+expected<uint32_t> slot_index(std::string_view slot);
+
 // The key a user's feature value has in the trained table, by the
 // criteo_tsv reader's slot names: "I1".."I13" are the integer columns
 // (slots 0..12, `value` parsed as the reader does, "260.0" floored),

@@ -135,6 +135,43 @@ std::vector<bad_manifest> table() {
        replace_once(edit(9, "    standby: true"), "placement: [n0, n1]", "placement: [n0, n0]"),
        "m.yaml:7: nodes[1].transport_port: standby node \"n1\" needs a fixed transport port",
        false},
+      // Several tables (issue 20): the base is 27 lines, so an appended
+      // section starts at line 28.
+      {"table_and_tables", std::string(base) + "table:\n  name: a\ntables:\n  - name: b\n",
+       "m.yaml:30: tables: give table or tables, not both (table is a list of one)", true},
+      {"tables_empty", std::string(base) + "tables: []\n",
+       "m.yaml:28: tables: must list at least one table", true},
+      {"table_without_name", std::string(base) + "tables:\n  - dim: 9\n",
+       "m.yaml:29: tables[0].name: required field missing", true},
+      {"table_dim_too_small", std::string(base) + "tables:\n  - name: users\n    dim: 1\n",
+       "m.yaml:30: tables[0].dim: must be in [2, 4096], got 1", true},
+      {"table_dram_share_zero",
+       std::string(base) + "tables:\n  - name: users\n    dram_share: 0\n",
+       "m.yaml:30: tables[0].dram_share: must be in (0, 1], got 0", true},
+      {"duplicate_table_name",
+       std::string(base) + "tables:\n  - name: users\n  - name: users\n",
+       "m.yaml:30: tables[1].name: duplicate table name \"users\" (a table's name is its LMDB "
+       "database and what requests name)",
+       false},
+      {"second_table_refused", std::string(base) + "tables:\n  - name: users\n  - name: items\n",
+       "m.yaml:30: tables[1]: table \"items\": this build stores, trains and serves one table per "
+       "cluster (2 listed)",
+       false},
+      {"slot_table_unknown_table",
+       std::string(base) + "tables:\n  - name: users\nmodel:\n  slot_tables:\n    C1: items\n",
+       "m.yaml:32: model.slot_tables.C1: unknown table \"items\" (the manifest's tables: users)",
+       false},
+      {"slot_table_unknown_slot", std::string(base) + "model:\n  slot_tables:\n    Q1: default\n",
+       "m.yaml:30: model.slot_tables.Q1: unknown slot 'Q1' (slots: I1..I13 integer and C1..C26 "
+       "categorical columns of criteo_tsv data, or a slot number for a categorical slot)",
+       true},
+      {"slot_table_beyond_the_model",
+       std::string(base) + "model:\n  slot_tables:\n    \"39\": default\n",
+       "m.yaml:30: model.slot_tables.39: slot 39 is slot 39, but the model has 39 slots (0..38)",
+       false},
+      {"slot_mapped_twice",
+       std::string(base) + "model:\n  slot_tables:\n    C1: default\n    \"13\": default\n",
+       "m.yaml:31: model.slot_tables.13: slot 13 (slot 13) is mapped twice", false},
   };
 }
 
@@ -168,6 +205,59 @@ TEST(ManifestTable, StandbyNodeIsParsedAndHostsNothingAtStart) {
   EXPECT_EQ(m->shard_nodes, (std::vector<std::string>{"n0", "n1"}));
   EXPECT_EQ(m->cache_nodes, (std::vector<std::string>{"n0"}));
   EXPECT_EQ(m->worker_nodes, (std::vector<std::string>{"n0", "n1"}));
+}
+
+// `tables:` with one entry (issue 20): each field overrides the cluster-wide
+// default it names, and the one table is the cluster's.
+TEST(ManifestTable, ATablesListOfOneOverridesTheDefaults) {
+  const std::string text = std::string(base) +
+                           "tables:\n"
+                           "  - name: users\n"
+                           "    dim: 17\n"
+                           "    seed: 5\n"
+                           "    optimizer: {kind: adam, learning_rate: 0.002}\n"
+                           "    admission_threshold: 3\n"
+                           "    ttl_ticks: 1000\n"
+                           "    dram_share: 0.5\n"
+                           "model:\n"
+                           "  embedding_dim: 8\n"
+                           "  slot_tables: {C1: users, I2: users}\n";
+  auto m = parse_manifest(text, "m.yaml");
+  ASSERT_TRUE(m) << m.err().message();
+  const auto& c = m->cluster;
+  EXPECT_EQ(c.table.name, "users");
+  EXPECT_EQ(c.model.embedding_dim, 16u);  // the table's dim wins over model.embedding_dim
+  EXPECT_EQ(c.table.layout.dim, 17u);
+  EXPECT_EQ(c.table.optimizer.kind, optimizer_kind::adam);
+  EXPECT_FLOAT_EQ(c.table.optimizer.learning_rate, 0.002f);
+  EXPECT_EQ(c.table.initializer.seed, 5u);
+  ASSERT_EQ(c.shards.size(), 2u);
+  for (const auto& shard : c.shards) {
+    EXPECT_EQ(shard.table.name, "users");
+    EXPECT_EQ(shard.lmdb.table, "users");
+    EXPECT_EQ(shard.chain.admission_threshold, 3u);
+    EXPECT_EQ(shard.dram.ttl_ticks, 1000u);
+    EXPECT_EQ(shard.dram.capacity_bytes, size_t{32} << 20);  // half of shards.dram_bytes
+  }
+  // The same cluster from the single-table form, the overrides written as
+  // the cluster-wide fields.
+  const std::string single = replace_once(std::string(base), "  dram_bytes: 64MiB\n",
+                                          "  dram_bytes: 32MiB\n  admission_threshold: 3\n"
+                                          "  ttl_ticks: 1000\n") +
+                             "table:\n"
+                             "  name: users\n"
+                             "  seed: 5\n"
+                             "  optimizer: {kind: adam, learning_rate: 0.002}\n"
+                             "model:\n"
+                             "  embedding_dim: 16\n";
+  auto s = parse_manifest(single, "s.yaml");
+  ASSERT_TRUE(s) << s.err().message();
+  EXPECT_EQ(s->cluster.model.embedding_dim, c.model.embedding_dim);
+  EXPECT_EQ(s->cluster.table.layout.dim, c.table.layout.dim);
+  EXPECT_EQ(s->cluster.shards[0].dram.capacity_bytes, c.shards[0].dram.capacity_bytes);
+  EXPECT_EQ(s->cluster.shards[0].chain.admission_threshold,
+            c.shards[0].chain.admission_threshold);
+  EXPECT_EQ(s->cluster.shards[0].dram.ttl_ticks, c.shards[0].dram.ttl_ticks);
 }
 
 // Runs the schema checker over files; file -> "valid" / "invalid: ...".

@@ -197,6 +197,46 @@ TEST(RenderK8s, InlineTokenAndClusterSecretGoOnlyIntoSecrets) {
   EXPECT_EQ(out->find(k8s_token_placeholder), std::string::npos);
 }
 
+// `tables:` (issue 20) passes into the pods' manifest as written: the
+// ConfigMap's copy parses to the same table, width and slot mapping.
+TEST(RenderK8s, ATablesListReachesThePodsManifest) {
+  std::string text = read(STRATA_SOURCE_DIR "/deploy/examples/cluster3.yaml");
+  const std::string from = "table:\n  name: ctr\n";
+  const auto at = text.find(from);
+  ASSERT_NE(at, std::string::npos);
+  text.replace(at, from.size(), "tables:\n- name: ctr\n  dim: 13\n");
+  // The rest of the table's fields move under the list entry.
+  for (const char* field : {"  seed: 7\n", "  optimizer:\n", "    kind: adagrad\n",
+                            "    learning_rate: 0.1\n", "  initializer:\n", "    kind: normal\n",
+                            "    stddev: 0.01\n"}) {
+    const auto f = text.find(field, at);
+    ASSERT_NE(f, std::string::npos) << field;
+  }
+  const auto model = text.find("model:\n");
+  ASSERT_NE(model, std::string::npos);
+  text.insert(model + 7, "  slot_tables: {C1: ctr}\n");
+  auto m = parse_manifest(text, "cluster3.yaml");
+  ASSERT_TRUE(m) << m.err().message() << "\n" << text;
+  EXPECT_EQ(m->cluster.table.name, "ctr");
+  EXPECT_EQ(m->cluster.table.layout.dim, 13u);
+  EXPECT_EQ(m->cluster.table.optimizer.kind, optimizer_kind::adagrad);
+  auto out = render_k8s(*m, text, {}, test_secrets);
+  ASSERT_TRUE(out) << out.err().message();
+  bool seen = false;
+  for (const auto& doc : YAML::LoadAll(*out)) {
+    if (doc["kind"].as<std::string>() != "ConfigMap") continue;
+    const std::string manifest_text = doc["data"]["manifest.yaml"].as<std::string>();
+    auto in_pod = parse_manifest(manifest_text, "manifest.yaml");
+    ASSERT_TRUE(in_pod) << in_pod.err().message() << "\n" << manifest_text;
+    EXPECT_EQ(in_pod->cluster.table.name, "ctr");
+    EXPECT_EQ(in_pod->cluster.table.layout.dim, 13u);
+    EXPECT_EQ(in_pod->cluster.model.embedding_dim, 12u);
+    EXPECT_NE(manifest_text.find("slot_tables"), std::string::npos) << manifest_text;
+    seen = true;
+  }
+  EXPECT_TRUE(seen) << *out;
+}
+
 manifest with_admin(const std::string& admin_lines) {
   const std::string path = STRATA_SOURCE_DIR "/deploy/examples/local.yaml";
   auto m = parse_manifest(read(path) + "admin:\n  port: 7070\n" + admin_lines, "local.yaml");
