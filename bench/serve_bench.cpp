@@ -18,6 +18,7 @@
 #include <exception>
 #include <functional>
 #include <iostream>
+#include <optional>
 #include <random>
 #include <stdexcept>
 #include <thread>
@@ -347,13 +348,6 @@ void run_serve_bench(const serve_bench_options& o, bench_report& report) {
     for (uint32_t d = 0; d < dim; ++d) weights[i * dim + d] = float(i % 1000) * 0.001f + float(d);
   }
   const std::vector<uint64_t> versions(rows, make_version(1, 1));
-  // The UCX rows measure one transport: shared memory between the endpoint
-  // and the client in this process. UCX 1.13 sets a client-server
-  // connection up over TCP (without tcp in the list: "Destination is
-  // unreachable"), then moves the data lanes to shared memory
-  // (UCX_LOG_LEVEL=info: ep_cfg am(sysv/memory cma/memory)). Set before the
-  // first UCX context is made.
-  ::setenv("UCX_TLS", "sm,self,tcp", 1);
 
   // The serving node: rows written through the update path, cache sized to
   // hold them all (the steady state of a warm serving node).
@@ -377,12 +371,38 @@ void run_serve_bench(const serve_bench_options& o, bench_report& report) {
   if (auto ok = server.start("127.0.0.1", 0); !ok) throw std::runtime_error(ok.err().to_string());
   auto client = client::serving_client::connect({{{"127.0.0.1", server.port()}}});
   if (!client) throw std::runtime_error(client.err().to_string());
-  // The same lookups over the UCX transport (clients in the cluster).
-  serving::transport_endpoint ucx_endpoint(service);
+  // The same lookups over the UCX transport (clients in the cluster), twice:
+  //   - `ucx_default`: what a user gets, the bridge's default transports
+  //     (loopback TCP on one host, docs/transport.md "No shared memory by
+  //     default"; whatever UCX_TLS says if the environment sets it);
+  //   - `ucx` (the serve_ucx_* rows): pinned to shared memory, so they
+  //     measure one transport. UCX 1.13 sets a client-server connection up
+  //     over TCP (without tcp in the list: "Destination is unreachable"),
+  //     then moves the data lanes to shared memory (UCX_LOG_LEVEL=info:
+  //     ep_cfg am(sysv/memory cma/memory)).
+  // Each bridge reads UCX_TLS when it makes its UCX context (at start), so
+  // the default pair is made first and the variable is set for the other
+  // pair only, then put back as it was.
   transport::bridge_config bc;
   bc.node_name = "bench-serve";
-  if (auto ok = ucx_endpoint.start(bc); !ok) throw std::runtime_error(ok.err().to_string());
-  auto ucx = client::ucx_client::connect({"127.0.0.1", ucx_endpoint.port()});
+  serving::transport_endpoint ucx_default_endpoint(service);
+  if (auto ok = ucx_default_endpoint.start(bc); !ok)
+    throw std::runtime_error(ok.err().to_string());
+  auto ucx_default = client::ucx_client::connect({"127.0.0.1", ucx_default_endpoint.port()});
+  if (!ucx_default) throw std::runtime_error(ucx_default.err().to_string());
+  const char* user_tls = ::getenv("UCX_TLS");
+  const std::optional<std::string> saved_tls =
+      user_tls ? std::optional<std::string>(user_tls) : std::nullopt;
+  ::setenv("UCX_TLS", "sm,self,tcp", 1);
+  serving::transport_endpoint ucx_endpoint(service);
+  auto ucx_started = ucx_endpoint.start(bc);
+  auto ucx = ucx_started ? client::ucx_client::connect({"127.0.0.1", ucx_endpoint.port()})
+                         : expected<std::unique_ptr<client::ucx_client>>(ucx_started.err());
+  if (saved_tls) {
+    ::setenv("UCX_TLS", saved_tls->c_str(), 1);
+  } else {
+    ::unsetenv("UCX_TLS");
+  }
   if (!ucx) throw std::runtime_error(ucx.err().to_string());
 
   // The in-process DRAM tier with the same rows.
@@ -424,7 +444,7 @@ void run_serve_bench(const serve_bench_options& o, bench_report& report) {
   constexpr int rounds = 5;
   for (uint32_t batch : batch_sizes) {
     const std::string b = std::to_string(batch);
-    samples served, in_process, red, over_ucx, wire_limit, pipelined;
+    samples served, in_process, red, over_ucx, over_ucx_default, wire_limit, pipelined;
     const auto pipeline_batches = random_batches(rows, batch, 64, batch + 1);
     // A lookup reply's bytes on the socket: frame header, dim and n, then
     // per key its version and weights.
@@ -447,6 +467,12 @@ void run_serve_bench(const serve_bench_options& o, bench_report& report) {
         if (!ok) throw std::runtime_error(ok.err().to_string());
         checksum += got.versions.size();
       });
+      measure(rows, batch, seconds / rounds, over_ucx_default,
+              [&](const std::vector<uint64_t>& k) {
+                auto ok = (*ucx_default)->lookup_into("bench", k, got);
+                if (!ok) throw std::runtime_error(ok.err().to_string());
+                checksum += got.versions.size();
+              });
       {  // the same lookups, up to 4 in flight on the connection
         const auto t0 = bench_clock::now();
         uint64_t keys_done = 0;
@@ -500,6 +526,13 @@ void run_serve_bench(const serve_bench_options& o, bench_report& report) {
                 served.keys_per_s()});
     report.add({"serve_ucx_p99_over_p50_b" + b,
                 over_ucx.percentile(0.99) / over_ucx.percentile(0.5), "x", "target_max", 2.0});
+    report.add({"serve_ucx_default_keys_per_s_b" + b, over_ucx_default.keys_per_s(), "keys/s",
+                "serve_tcp", served.keys_per_s()});
+    report.add({"serve_ucx_default_keys_per_s_b" + b, over_ucx_default.keys_per_s(), "keys/s",
+                "serve_ucx_shm", over_ucx.keys_per_s()});
+    report.add({"serve_ucx_default_p99_over_p50_b" + b,
+                over_ucx_default.percentile(0.99) / over_ucx_default.percentile(0.5), "x",
+                "target_max", 2.0});
   }
   // Several clients at once, each on its own connection and thread (the
   // server answers each connection on a thread of its own), at batch 1024:
@@ -545,6 +578,8 @@ void run_serve_bench(const serve_bench_options& o, bench_report& report) {
   }
   ucx->reset();
   ucx_endpoint.stop();
+  ucx_default->reset();
+  ucx_default_endpoint.stop();
   server.stop();
 }
 
