@@ -111,143 +111,151 @@ TEST(NetworkNamespaces, ExactSumAcrossTwoHostsOverTcp) {
   EXPECT_EQ(a.wait_exit(60s), 0) << a.output();
 }
 
-// A two-node manifest whose hosts are the namespaces' addresses: the
-// coordinator's node in namespace a, the other in b. Count objective, so
-// the final checkpoint must hold every key's exact number of sightings.
-TEST(NetworkNamespaces, StrataNodesTrainAcrossTwoHosts) {
-  const auto ip = ip_binary();
-  SKIP_WITHOUT_NAMESPACES(ip);
-  namespace_pair ns(ip);
-  ASSERT_TRUE(ns.ok()) << "could not set up namespaces " << ns.a() << ", " << ns.b();
-  temp_dir dir;
-  const auto d = dir.path();
-  const auto manifest = d / "hosts.yaml";
-  {
-    std::ofstream m(manifest);
-    m << "name: hosts\nmode: async\npartitions: 64\nthreads: 2\n"
-      << "cluster_secret:\n  file: " << (d / "cluster.secret").string()
+// `strata node` processes on two hosts (the namespaces): ha, the
+// coordinator's node, in namespace a, the others in b. The manifest trains
+// the count objective, so the final checkpoint must hold every key's exact
+// number of sightings; every frame crosses the veth pair over TCP.
+class two_hosts {
+ public:
+  two_hosts(std::string ip, const namespace_pair& ns, std::filesystem::path dir)
+      : ip_(std::move(ip)), ns_(ns), d_(std::move(dir)), manifest_(d_ / "hosts.yaml") {}
+
+  // Writes the manifest: `nodes` (the nodes list's entries), `shards`,
+  // `caches` and `workers` (extra lines of those sections), `rows`
+  // generated, an admin API in namespace a on `admin_port` (0: none).
+  void write(const std::string& name, const std::string& nodes, const std::string& shards,
+             const std::string& caches, const std::string& workers, uint64_t rows,
+             uint16_t admin_port) const {
+    std::ofstream m(manifest_);
+    m << "name: " << name << "\nmode: async\npartitions: 64\nthreads: 2\n"
+      << "cluster_secret:\n  file: " << (d_ / "cluster.secret").string()
       << "\n  create_if_missing: true\n"
       << "nodes:\n"
-      << "  - name: ha\n    host: " << ns.address_a() << "\n    transport_port: 17441\n"
-      << "    ssd_path: " << (d / "ha").string() << "\n"
-      << "  - name: hb\n    host: " << ns.address_b() << "\n    transport_port: 17442\n"
-      << "    ssd_path: " << (d / "hb").string() << "\n"
+      << nodes
       << "table:\n  name: counts\n  optimizer:\n    kind: sgd\n    learning_rate: 1\n"
       << "  initializer:\n    kind: zeros\n"
       << "model:\n  embedding_dim: 1\n  objective: count\n"
-      << "shards:\n  count: 2\n  dram_bytes: 128KiB\n  ssd_path: " << (d / "state").string()
-      << "\n  map_bytes: 256MiB\n  flush_batch_rows: 512\n"
-      << "caches:\n  count: 2\n  sets: 8\n"
-      << "workers:\n  count: 2\n  batch_size: 32\n"
-      << "data:\n  path: " << (d / "data.tsv").string() << "\n  heldout_fraction: 0\n"
-      << "  generate:\n    rows: 20000\n    distinct_keys: 5000\n    seed: 5\n"
-      << "checkpoint:\n  dir: " << (d / "ckpt").string() << "\n  keep: 2\n";
+      << "shards:\n  count: 2\n" << shards << "  dram_bytes: 128KiB\n  ssd_path: "
+      << (d_ / "state").string() << "\n  map_bytes: 256MiB\n  flush_batch_rows: 512\n"
+      << "caches:\n  count: 2\n  sets: 8\n" << caches
+      << "workers:\n  count: 2\n  batch_size: 32\n  epochs: 1\n" << workers
+      << "data:\n  path: " << (d_ / "data.tsv").string() << "\n  heldout_fraction: 0\n"
+      << "  generate:\n    rows: " << rows << "\n    distinct_keys: 5000\n    seed: 5\n"
+      << "checkpoint:\n  dir: " << (d_ / "ckpt").string() << "\n  keep: 10\n";
+    if (admin_port != 0)
+      m << "admin:\n  port: " << admin_port << "\n  bind_address: " << ns_.address_a()
+        << "\n  token_file: " << (d_ / "admin.token").string()
+        << "\n  create_if_missing: true\n";
   }
-  const std::vector<std::string> env{"UCX_TLS=tcp"};
+  // A nodes-list entry on host a or b, its LMDB environments under dir/<name>.
+  std::string node(const std::string& name, bool host_a, uint16_t port,
+                   bool standby = false) const {
+    return "  - name: " + name + "\n    host: " + (host_a ? ns_.address_a() : ns_.address_b()) +
+           "\n    transport_port: " + std::to_string(port) + "\n    ssd_path: " +
+           (d_ / name).string() + "\n" + (standby ? "    standby: true\n" : "");
+  }
+  // `strata node --node name` in namespace a or b.
+  std::unique_ptr<child_process> start(const std::string& name, bool host_a) const {
+    return std::make_unique<child_process>(
+        ip_,
+        std::vector<std::string>{"netns", "exec", host_a ? ns_.a() : ns_.b(), STRATA_BINARY,
+                                 "node", "--manifest", manifest_.string(), "--node", name},
+        env_);
+  }
+  // A CLI verb with the manifest, inside namespace a (where the admin API
+  // listens): (exit code, stdout and stderr).
+  std::pair<int, std::string> cli(std::vector<std::string> args) const {
+    std::vector<std::string> full{"netns", "exec", ns_.a(), STRATA_BINARY};
+    full.insert(full.end(), args.begin(), args.end());
+    full.insert(full.end(), {"--manifest", manifest_.string()});
+    child_process p(ip_, full, env_);
+    auto rc = p.wait_exit(120s);
+    return {rc ? *rc : -1, p.output()};
+  }
+  // True once `strata status` shows examples trained (false if the
+  // coordinator's node exits first).
+  bool wait_training(child_process& coordinator) const {
+    const auto deadline = std::chrono::steady_clock::now() + 300s;
+    while (std::chrono::steady_clock::now() < deadline && coordinator.running()) {
+      auto [rc, out] = cli({"status"});
+      if (rc == 0 && out.find("training: 0 ") == std::string::npos &&
+          out.find("training: ") != std::string::npos)
+        return true;
+      std::this_thread::sleep_for(200ms);
+    }
+    return false;
+  }
+  // The exact-sum oracle over the latest checkpoint: each worker's position.
+  void expect_exact_sums(const std::string& coordinator_output) const {
+    auto latest = actors::latest_checkpoint(d_ / "ckpt");
+    ASSERT_TRUE(latest) << "no complete checkpoint\n" << coordinator_output;
+    const auto positions = check_exact_sums(manifest_, *latest);
+    ASSERT_EQ(positions.size(), 2u);
+    for (auto p : positions) EXPECT_GT(p, 0u);
+  }
+  const std::filesystem::path& dir() const { return d_; }
+
+ private:
+  std::string ip_;
+  const namespace_pair& ns_;
+  std::filesystem::path d_, manifest_;
+  std::vector<std::string> env_{"UCX_TLS=tcp"};
+};
+
+#define TWO_HOSTS(hosts)                                                               \
+  const auto ip = ip_binary();                                                         \
+  SKIP_WITHOUT_NAMESPACES(ip);                                                         \
+  namespace_pair ns(ip);                                                               \
+  ASSERT_TRUE(ns.ok()) << "could not set up namespaces " << ns.a() << ", " << ns.b(); \
+  temp_dir dir;                                                                        \
+  two_hosts hosts(ip, ns, dir.path())
+
+// A two-node cluster, one node per host, trains one epoch and stops by itself.
+TEST(NetworkNamespaces, StrataNodesTrainAcrossTwoHosts) {
+  TWO_HOSTS(h);
+  h.write("hosts", h.node("ha", true, 17441) + h.node("hb", false, 17442), "", "", "", 20000, 0);
   // The first node generates the data before its transport starts; the
   // second starts once it is listening.
-  child_process a(ip, {"netns", "exec", ns.a(), STRATA_BINARY, "node", "--manifest",
-                       manifest.string(), "--node", "ha"},
-                  env);
-  ASSERT_TRUE(a.wait_line("transport: node ha listening", 120s)) << a.output();
-  child_process b(ip, {"netns", "exec", ns.b(), STRATA_BINARY, "node", "--manifest",
-                       manifest.string(), "--node", "hb"},
-                  env);
-  const auto rc_a = a.wait_exit(240s);
-  const auto rc_b = b.wait_exit(60s);
-  ASSERT_TRUE(rc_a && rc_b) << a.output() << b.output();
-  EXPECT_EQ(*rc_a, 0) << a.output();
-  EXPECT_EQ(*rc_b, 0) << b.output();
-  EXPECT_NE(a.output().find("cluster: all 2 nodes ready"), std::string::npos) << a.output();
-  EXPECT_NE(b.output().find("== report: node hb of cluster hosts =="), std::string::npos)
-      << b.output();
-  auto latest = actors::latest_checkpoint(d / "ckpt");
-  ASSERT_TRUE(latest) << "no complete checkpoint\n" << a.output();
-  const auto positions = check_exact_sums(manifest, *latest);
-  EXPECT_EQ(positions.size(), 2u);
+  auto a = h.start("ha", true);
+  ASSERT_TRUE(a->wait_line("transport: node ha listening", 120s)) << a->output();
+  auto b = h.start("hb", false);
+  const auto rc_a = a->wait_exit(240s);
+  const auto rc_b = b->wait_exit(60s);
+  ASSERT_TRUE(rc_a && rc_b) << a->output() << b->output();
+  EXPECT_EQ(*rc_a, 0) << a->output();
+  EXPECT_EQ(*rc_b, 0) << b->output();
+  EXPECT_NE(a->output().find("cluster: all 2 nodes ready"), std::string::npos) << a->output();
+  EXPECT_NE(b->output().find("== report: node hb of cluster hosts =="), std::string::npos)
+      << b->output();
+  h.expect_exact_sums(a->output());
 }
-
 
 // Issue 19: scaling across the two hosts. The coordinator's node in
 // namespace a trains with one shard on each host; `strata scale --shards 3
-// --placement ha hb hb` (run inside namespace a, where the admin API
-// listens) spawns shard 2 on the node in namespace b and moves partitions
-// to it over TCP while training goes on; after a graceful stop the final
-// checkpoint holds the exact sums.
+// --placement ha hb hb` spawns shard 2 on the node in namespace b and moves
+// partitions to it over TCP while training goes on; after a graceful stop
+// the final checkpoint holds the exact sums.
 TEST(NetworkNamespaces, ScaleOntoTheOtherHostKeepsExactSums) {
-  const auto ip = ip_binary();
-  SKIP_WITHOUT_NAMESPACES(ip);
-  namespace_pair ns(ip);
-  ASSERT_TRUE(ns.ok()) << "could not set up namespaces " << ns.a() << ", " << ns.b();
-  temp_dir dir;
-  const auto d = dir.path();
-  const auto manifest = d / "hosts.yaml";
-  {
-    std::ofstream m(manifest);
-    m << "name: hostscale\nmode: async\npartitions: 64\nthreads: 2\n"
-      << "cluster_secret:\n  file: " << (d / "cluster.secret").string()
-      << "\n  create_if_missing: true\n"
-      << "nodes:\n"
-      << "  - name: ha\n    host: " << ns.address_a() << "\n    transport_port: 17443\n"
-      << "    ssd_path: " << (d / "ha").string() << "\n"
-      << "  - name: hb\n    host: " << ns.address_b() << "\n    transport_port: 17444\n"
-      << "    ssd_path: " << (d / "hb").string() << "\n"
-      << "table:\n  name: counts\n  optimizer:\n    kind: sgd\n    learning_rate: 1\n"
-      << "  initializer:\n    kind: zeros\n"
-      << "model:\n  embedding_dim: 1\n  objective: count\n"
-      << "shards:\n  count: 2\n  dram_bytes: 128KiB\n  ssd_path: " << (d / "state").string()
-      << "\n  map_bytes: 256MiB\n  flush_batch_rows: 512\n"
-      << "caches:\n  count: 2\n  sets: 8\n"
-      << "workers:\n  count: 2\n  batch_size: 32\n  epochs: 1\n"
-      << "data:\n  path: " << (d / "data.tsv").string() << "\n  heldout_fraction: 0\n"
-      << "  generate:\n    rows: 300000\n    distinct_keys: 5000\n    seed: 5\n"
-      << "checkpoint:\n  dir: " << (d / "ckpt").string() << "\n  keep: 10\n"
-      << "admin:\n  port: 17445\n  bind_address: " << ns.address_a()
-      << "\n  token_file: " << (d / "admin.token").string() << "\n  create_if_missing: true\n";
-  }
-  const std::vector<std::string> env{"UCX_TLS=tcp"};
-  child_process a(ip, {"netns", "exec", ns.a(), STRATA_BINARY, "node", "--manifest",
-                       manifest.string(), "--node", "ha"},
-                  env);
-  ASSERT_TRUE(a.wait_line("transport: node ha listening", 120s)) << a.output();
-  child_process b(ip, {"netns", "exec", ns.b(), STRATA_BINARY, "node", "--manifest",
-                       manifest.string(), "--node", "hb"},
-                  env);
-  // A CLI verb inside namespace a: (exit code, stdout and stderr).
-  auto cli = [&](std::vector<std::string> args) {
-    std::vector<std::string> full{"netns", "exec", ns.a(), STRATA_BINARY};
-    full.insert(full.end(), args.begin(), args.end());
-    child_process p(ip, full, env);
-    auto rc = p.wait_exit(120s);
-    return std::make_pair(rc ? *rc : -1, p.output());
-  };
-  const auto deadline = std::chrono::steady_clock::now() + 300s;
-  bool training = false;
-  while (!training && std::chrono::steady_clock::now() < deadline && a.running()) {
-    auto [rc, out] = cli({"status", "--manifest", manifest.string()});
-    training = rc == 0 && out.find("training: 0 ") == std::string::npos &&
-               out.find("training: ") != std::string::npos;
-    if (!training) std::this_thread::sleep_for(200ms);
-  }
-  ASSERT_TRUE(training) << a.output() << b.output();
-  auto [rc3, out3] = cli({"scale", "--manifest", manifest.string(), "--shards", "3",
-                          "--placement", "ha", "hb", "hb"});
-  ASSERT_EQ(rc3, 0) << out3 << a.output() << b.output();
+  TWO_HOSTS(h);
+  h.write("hostscale", h.node("ha", true, 17443) + h.node("hb", false, 17444), "", "", "",
+          300000, 17445);
+  auto a = h.start("ha", true);
+  ASSERT_TRUE(a->wait_line("transport: node ha listening", 120s)) << a->output();
+  auto b = h.start("hb", false);
+  ASSERT_TRUE(h.wait_training(*a)) << a->output() << b->output();
+  auto [rc3, out3] = h.cli({"scale", "--shards", "3", "--placement", "ha", "hb", "hb"});
+  ASSERT_EQ(rc3, 0) << out3 << a->output() << b->output();
   EXPECT_NE(out3.find("\"shards\": 3"), std::string::npos) << out3;
-  EXPECT_TRUE(std::filesystem::exists(d / "hb" / "shard-2" / "data.mdb"))
+  EXPECT_TRUE(std::filesystem::exists(h.dir() / "hb" / "shard-2" / "data.mdb"))
       << "shard 2 is not under the other host's ssd_path";
-  auto [rcs, outs] = cli({"stop", "--manifest", manifest.string()});
+  auto [rcs, outs] = h.cli({"stop"});
   EXPECT_EQ(rcs, 0) << outs;
-  const auto rc_a = a.wait_exit(240s);
-  const auto rc_b = b.wait_exit(60s);
-  ASSERT_TRUE(rc_a && rc_b) << a.output() << b.output();
-  EXPECT_EQ(*rc_a, 0) << a.output();
-  EXPECT_EQ(*rc_b, 0) << b.output();
-  auto latest = actors::latest_checkpoint(d / "ckpt");
-  ASSERT_TRUE(latest) << "no complete checkpoint\n" << a.output();
-  const auto positions = check_exact_sums(manifest, *latest);
-  ASSERT_EQ(positions.size(), 2u);
-  for (auto p : positions) EXPECT_GT(p, 0u);
+  const auto rc_a = a->wait_exit(240s);
+  const auto rc_b = b->wait_exit(60s);
+  ASSERT_TRUE(rc_a && rc_b) << a->output() << b->output();
+  EXPECT_EQ(*rc_a, 0) << a->output();
+  EXPECT_EQ(*rc_b, 0) << b->output();
+  h.expect_exact_sums(a->output());
 }
 
 // Issue 19: membership changes across hosts. Host a runs the coordinator's
@@ -256,96 +264,45 @@ TEST(NetworkNamespaces, ScaleOntoTheOtherHostKeepsExactSums) {
 // cluster from the other host. `strata scale --shards 4 --placement ha hb
 // hc hc` puts two shards on hc, then `strata drain --node hb` moves shard 1
 // off hb, which leaves and exits 0; after a graceful stop the final
-// checkpoint holds the exact sums. Every frame crosses the veth pair over TCP.
+// checkpoint holds the exact sums.
 TEST(NetworkNamespaces, AJoinedHostTakesShardsAndAnOriginalHostDrains) {
-  const auto ip = ip_binary();
-  SKIP_WITHOUT_NAMESPACES(ip);
-  namespace_pair ns(ip);
-  ASSERT_TRUE(ns.ok()) << "could not set up namespaces " << ns.a() << ", " << ns.b();
-  temp_dir dir;
-  const auto d = dir.path();
-  const auto manifest = d / "hosts.yaml";
-  {
-    std::ofstream m(manifest);
-    m << "name: hostjoin\nmode: async\npartitions: 64\nthreads: 2\n"
-      << "cluster_secret:\n  file: " << (d / "cluster.secret").string()
-      << "\n  create_if_missing: true\n"
-      << "nodes:\n"
-      << "  - name: ha\n    host: " << ns.address_a() << "\n    transport_port: 17446\n"
-      << "    ssd_path: " << (d / "ha").string() << "\n"
-      << "  - name: hb\n    host: " << ns.address_b() << "\n    transport_port: 17447\n"
-      << "    ssd_path: " << (d / "hb").string() << "\n"
-      << "  - name: hc\n    host: " << ns.address_b() << "\n    transport_port: 17448\n"
-      << "    ssd_path: " << (d / "hc").string() << "\n    standby: true\n"
-      << "table:\n  name: counts\n  optimizer:\n    kind: sgd\n    learning_rate: 1\n"
-      << "  initializer:\n    kind: zeros\n"
-      << "model:\n  embedding_dim: 1\n  objective: count\n"
-      << "shards:\n  count: 2\n  placement: [ha, hb]\n  dram_bytes: 128KiB\n  ssd_path: "
-      << (d / "state").string() << "\n  map_bytes: 256MiB\n  flush_batch_rows: 512\n"
-      << "caches:\n  count: 2\n  sets: 8\n  placement: [ha, ha]\n"
-      << "workers:\n  count: 2\n  batch_size: 32\n  epochs: 1\n  placement: [ha, ha]\n"
-      << "data:\n  path: " << (d / "data.tsv").string() << "\n  heldout_fraction: 0\n"
-      << "  generate:\n    rows: 1000000\n    distinct_keys: 5000\n    seed: 5\n"
-      << "checkpoint:\n  dir: " << (d / "ckpt").string() << "\n  keep: 10\n"
-      << "admin:\n  port: 17449\n  bind_address: " << ns.address_a()
-      << "\n  token_file: " << (d / "admin.token").string() << "\n  create_if_missing: true\n";
-  }
-  const std::vector<std::string> env{"UCX_TLS=tcp"};
-  auto node_in = [&](const std::string& netns, const std::string& name) {
-    return std::make_unique<child_process>(
-        ip,
-        std::vector<std::string>{"netns", "exec", netns, STRATA_BINARY, "node", "--manifest",
-                                 manifest.string(), "--node", name},
-        env);
-  };
-  auto a = node_in(ns.a(), "ha");
+  TWO_HOSTS(h);
+  h.write("hostjoin",
+          h.node("ha", true, 17446) + h.node("hb", false, 17447) +
+              h.node("hc", false, 17448, /*standby=*/true),
+          "  placement: [ha, hb]\n", "  placement: [ha, ha]\n", "  placement: [ha, ha]\n",
+          1000000, 17449);
+  auto a = h.start("ha", true);
   ASSERT_TRUE(a->wait_line("transport: node ha listening", 120s)) << a->output();
-  auto b = node_in(ns.b(), "hb");
-  // A CLI verb inside namespace a: (exit code, stdout and stderr).
-  auto cli = [&](std::vector<std::string> args) {
-    std::vector<std::string> full{"netns", "exec", ns.a(), STRATA_BINARY};
-    full.insert(full.end(), args.begin(), args.end());
-    child_process p(ip, full, env);
-    auto rc = p.wait_exit(120s);
-    return std::make_pair(rc ? *rc : -1, p.output());
-  };
-  const auto deadline = std::chrono::steady_clock::now() + 300s;
-  bool training = false;
-  while (!training && std::chrono::steady_clock::now() < deadline && a->running()) {
-    auto [rc, out] = cli({"status", "--manifest", manifest.string()});
-    training = rc == 0 && out.find("training: 0 ") == std::string::npos &&
-               out.find("training: ") != std::string::npos;
-    if (!training) std::this_thread::sleep_for(200ms);
-  }
-  ASSERT_TRUE(training) << a->output() << b->output();
+  auto b = h.start("hb", false);
+  ASSERT_TRUE(h.wait_training(*a)) << a->output() << b->output();
 
   // hc joins from host b while training goes on.
-  auto c = node_in(ns.b(), "hc");
+  auto c = h.start("hc", false);
   ASSERT_TRUE(c->wait_line("cluster: node hc joined the running cluster", 120s))
       << c->output() << a->output();
   ASSERT_TRUE(a->wait_line("cluster: node hc joined (standby)", 60s)) << a->output();
 
-  auto [rc4, out4] = cli({"scale", "--manifest", manifest.string(), "--shards", "4",
-                          "--placement", "ha", "hb", "hc", "hc"});
+  auto [rc4, out4] = h.cli({"scale", "--shards", "4", "--placement", "ha", "hb", "hc", "hc"});
   ASSERT_EQ(rc4, 0) << out4 << a->output() << b->output() << c->output();
   EXPECT_NE(out4.find("\"shards\": 4"), std::string::npos) << out4;
-  EXPECT_TRUE(std::filesystem::exists(d / "hc" / "shard-2" / "data.mdb"))
+  EXPECT_TRUE(std::filesystem::exists(h.dir() / "hc" / "shard-2" / "data.mdb"))
       << "shard 2 is not under the joined host's ssd_path";
-  EXPECT_TRUE(std::filesystem::exists(d / "hc" / "shard-3" / "data.mdb"));
+  EXPECT_TRUE(std::filesystem::exists(h.dir() / "hc" / "shard-3" / "data.mdb"));
 
   // hb hosts only shard 1: the drain moves it to the connected node with
   // the fewest shards (ha: one, hc: two), and hb leaves.
-  auto [rcd, outd] = cli({"drain", "--manifest", manifest.string(), "--node", "hb"});
+  auto [rcd, outd] = h.cli({"drain", "--node", "hb"});
   ASSERT_EQ(rcd, 0) << outd << a->output() << b->output();
   EXPECT_NE(outd.find("\"left\": true"), std::string::npos) << outd;
   EXPECT_NE(outd.find("\"node\": \"ha\""), std::string::npos) << outd;
   const auto rc_b = b->wait_exit(120s);
   ASSERT_TRUE(rc_b) << "drained hb did not exit\n" << b->output();
   EXPECT_EQ(*rc_b, 0) << b->output();
-  EXPECT_TRUE(std::filesystem::exists(d / "ha" / "shard-1" / "data.mdb"))
+  EXPECT_TRUE(std::filesystem::exists(h.dir() / "ha" / "shard-1" / "data.mdb"))
       << "shard 1 is not under its successor's ssd_path";
 
-  auto [rcs, outs] = cli({"stop", "--manifest", manifest.string()});
+  auto [rcs, outs] = h.cli({"stop"});
   EXPECT_EQ(rcs, 0) << outs;
   const auto rc_a = a->wait_exit(240s);
   const auto rc_c = c->wait_exit(60s);
@@ -355,11 +312,7 @@ TEST(NetworkNamespaces, AJoinedHostTakesShardsAndAnOriginalHostDrains) {
   EXPECT_NE(a->output().find("cluster: node hb left (drained: it hosts no shard)"),
             std::string::npos)
       << a->output();
-  auto latest = actors::latest_checkpoint(d / "ckpt");
-  ASSERT_TRUE(latest) << "no complete checkpoint\n" << a->output();
-  const auto positions = check_exact_sums(manifest, *latest);
-  ASSERT_EQ(positions.size(), 2u);
-  for (auto p : positions) EXPECT_GT(p, 0u);
+  h.expect_exact_sums(a->output());
 }
 
 }  // namespace
