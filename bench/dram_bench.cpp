@@ -301,6 +301,35 @@ void bench_push(uint32_t dim, uint64_t n, double seconds, bench_report& report) 
               static_cast<double>(layout.raw_bytes())});
 }
 
+// Several tables (issue 20) in one shard's DRAM, each table in a tier of
+// its own (per-table arenas: a tier holds one row width): bytes per key
+// over all three against their raw rows (weights and optimizer state), and
+// per table. Widths and optimizers as in the issue's three-table test.
+void bench_bytes_multi(uint64_t n, bench_report& report) {
+  struct table {
+    const char* name;
+    uint32_t dim;
+    optimizer_kind optimizer;
+  };
+  const table tables[] = {{"dim8_adagrad", 8, optimizer_kind::adagrad},
+                          {"dim16_adam", 16, optimizer_kind::adam},
+                          {"dim64_ftrl", 64, optimizer_kind::ftrl}};
+  double bytes = 0, keys = 0, raw = 0;
+  for (const auto& t : tables) {
+    const row_layout layout{t.dim, t.optimizer, true};
+    progress(std::string("building dram tier of table ") + t.name);
+    auto tier = build_tier(n / 3, layout);
+    const double size = static_cast<double>(tier->size());
+    bytes += static_cast<double>(tier->memory_bytes());
+    keys += size;
+    raw += static_cast<double>(layout.raw_bytes()) * size;
+    report.add({std::string("dram_bytes_per_key_multi_") + t.name,
+                static_cast<double>(tier->memory_bytes()) / size, "bytes", "raw_row_bytes",
+                static_cast<double>(layout.raw_bytes())});
+  }
+  report.add({"dram_bytes_per_key_multi", bytes / keys, "bytes", "raw_row_bytes", raw / keys});
+}
+
 }  // namespace
 
 void run_dram_bench(const tiers_bench_options& options, bench_report& report) {
@@ -310,6 +339,7 @@ void run_dram_bench(const tiers_bench_options& options, bench_report& report) {
   bench_lookup(64, sizes.keys_small_dims, sizes.seconds, report);
   bench_lookup(128, sizes.keys_dim128, sizes.seconds, report);
   bench_push(64, sizes.keys_small_dims, sizes.seconds, report);
+  bench_bytes_multi(sizes.keys_small_dims, report);
 }
 
 }  // namespace strata::bench
