@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: deps deps-bench configure build test test-long fuzz asan tsan demo bench gpu-bundle gpu-check format clean
+.PHONY: deps deps-bench configure build test test-long fuzz asan tsan demo bench gpu-bundle gpu-check ucx-cuda format clean
 
 deps:
 	@bash deploy/install-deps.sh
@@ -69,6 +69,12 @@ gpu-bundle: build
 
 gpu-check: gpu-bundle
 	@bash gpu/check.sh $(BUILD)/carry
+
+# UCX with its CUDA transports, built from Debian's source package into
+# $(BUILD)/ucx-cuda (never over Debian's UCX): deploy/build-ucx-cuda.sh.
+# Fetches Debian packages; about 10 minutes on 2 cores. Not part of test.
+ucx-cuda:
+	@bash deploy/build-ucx-cuda.sh $(BUILD)
 
 format:
 	@clang-format -i $$(git ls-files '*.cpp' '*.hpp' '*.cu' '*.cuh')
