@@ -120,10 +120,9 @@ void run_scale_nodes_bench(const scale_nodes_bench_options& o, bench_report& rep
                                cluster.output() + cluster.err());
     std::this_thread::sleep_for(200ms);
   }
-  // Warm up until most keys have a row (the scale has rows to move): a few
-  // passes over the keys, bounded.
-  progress("training; warming up");
-  std::this_thread::sleep_for(5s);
+  // Warm up so that keys have rows (the scale has rows to move).
+  progress("training; warming up for " + std::to_string(o.warmup.count()) + " s");
+  std::this_thread::sleep_for(o.warmup);
   progress("measuring training before the scale");
   auto t0 = clock_type::now();
   uint64_t e0 = examples(o, manifest);

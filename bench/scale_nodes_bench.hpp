@@ -13,6 +13,7 @@
 //   train_scale_moved_rows_nodes3, train_scale_seconds_nodes3.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <string>
@@ -25,6 +26,9 @@ struct scale_nodes_bench_options {
   uint32_t nodes = 3;                 // only 3 is built (3 -> 5 shards)
   uint64_t keys = 200000;             // distinct keys of the generated data (--rows)
   uint64_t migration_rows_per_s = 0;  // shards.migration_rows_per_s (0: unlimited)
+  // Training before the measured part: longer stores more keys, so the
+  // scale moves more rows (--warmup-seconds).
+  std::chrono::seconds warmup{5};
   std::string self_binary;            // the strata binary
   std::filesystem::path work_dir;     // manifest, data, LMDB environments
 };

@@ -34,6 +34,7 @@ void add_bench_command(CLI::App& app, int& exit_code) {
     std::string torch_script = STRATA_SOURCE_DIR "/bench/torch_baseline.py";
     uint32_t nodes = 1;                  // scale: node processes (1: in one process)
     uint64_t migration_rows_per_s = 0;   // scale --nodes 3: the copy rate limit
+    uint32_t warmup_seconds = 5;         // scale --nodes 3: training before the measured part
     std::string transport_peer;  // internal: this process is the transport bench's peer
   };
   auto opts = std::make_shared<options>();
@@ -60,6 +61,10 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--migration-rows-per-s", opts->migration_rows_per_s,
                   "scale --nodes 3: the cluster's shards.migration_rows_per_s (default 0: "
                   "unlimited)");
+  cmd->add_option("--warmup-seconds", opts->warmup_seconds,
+                  "scale --nodes 3: seconds of training before the measured part (default 5); "
+                  "longer stores more keys, so the scale moves more rows")
+      ->check(CLI::Range(1, 3600));
   cmd->add_option("--manifest", opts->manifest,
                   "e2e: one configuration's model, tiers and workers (default: the bench's "
                   "fixed demo and wide configurations); checkpoint: the cluster (default "
@@ -117,6 +122,7 @@ void add_bench_command(CLI::App& app, int& exit_code) {
         o.nodes = opts->nodes;
         o.keys = cmd->count("--rows") ? opts->rows : (opts->small ? 20000 : 200000);
         o.migration_rows_per_s = opts->migration_rows_per_s;
+        o.warmup = std::chrono::seconds(opts->warmup_seconds);
         o.self_binary = std::filesystem::read_symlink("/proc/self/exe").string();
         o.work_dir = work_dir;
         bench::run_scale_nodes_bench(o, report);
