@@ -5,10 +5,10 @@
 #
 # The result goes under BUILD_DIR/ucx-cuda (never over Debian's UCX, which
 # every other binary keeps using); a node or test that should use it runs
-# with LD_LIBRARY_PATH=BUILD_DIR/ucx-cuda/lib, and gpu/bundle.sh carries it
-# to the device machine. Nothing is downloaded at build time: this is a
-# separate step, run by hand (or `make ucx-cuda`) on a machine with the
-# CUDA toolkit.
+# with LD_LIBRARY_PATH=BUILD_DIR/ucx-cuda/lib (gpu/bundle.sh does not carry
+# it yet: its carry is at the device tool's limit). Nothing is downloaded
+# at build time: this is a separate step, run by hand (or `make ucx-cuda`)
+# on a machine with the CUDA toolkit.
 #
 # What it needs, as checked on this machine kind (docs/gpu.md): a deb-src
 # entry for bookworm main (`apt-get source ucx`: 1.13.1, the version of
@@ -40,7 +40,7 @@ if [[ -e "$module" ]]; then
   exit 0
 fi
 [[ -x "$cuda/bin/nvcc" ]] || { say "no CUDA toolkit at $cuda (nvcc missing)"; exit 1; }
-[[ $(id -u) -eq 0 ]] || { say "needs root for apt-get (a deb-src entry and libnvidia-ml-dev)"; exit 1; }
+[[ $(id -u) -eq 0 ]] || { say "needs root for apt-get (a sources entry and build tools)"; exit 1; }
 
 sources=/etc/apt/sources.list.d/strata-ucx-cuda.sources
 if [[ ! -f "$sources" ]]; then
@@ -86,10 +86,8 @@ CPPFLAGS="-I$work/nvml/usr/include" LDFLAGS="-L$nvml_lib" \
   ./configure --prefix="$prefix" --with-cuda="$cuda" --without-rocm --without-java \
   --enable-mt --disable-logging --disable-debug --disable-assertions --disable-params-check \
   >"$work/configure.log" 2>&1 || { say "configure failed: tail of $work/configure.log"; tail -20 "$work/configure.log" >&2; exit 1; }
-if ! grep -q "cuda" <(grep -i "UCT modules" "$work/configure.log"); then
-  say "configure found no CUDA: $(grep -i 'UCT modules' "$work/configure.log")"
-  exit 1
-fi
+modules=$(grep -i "UCT modules" "$work/configure.log")
+[[ $modules == *cuda* ]] || { say "configure found no CUDA: $modules"; exit 1; }
 jobs=$(nproc)
 for d in ucm ucs uct ucp tools/info; do
   say "building and installing src/$d ($jobs jobs)"

@@ -1,7 +1,9 @@
 // The per-section readers of the manifest (deploy/manifest_parse.hpp).
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -111,6 +113,52 @@ void read_generate(section s, model::datagen_config& g) {
   s.finish();
 }
 
+// A whole number that may be absent: nullopt when it is; a bad value is
+// reported (the parse then fails) and comes back as `min`.
+template <class T>
+std::optional<T> optional_uint(section& s, std::string_view key, uint64_t min = 0,
+                               uint64_t max = std::numeric_limits<T>::max()) {
+  if (!s.has(key)) return std::nullopt;
+  T value = static_cast<T>(min);
+  s.unsigned_int(key, value, min, max);
+  return value;
+}
+
+// What `table` and every `tables` entry hold alike: seed, optimizer, initializer.
+void read_table_settings(section& s, table_config& t) {
+  s.unsigned_int("seed", t.initializer.seed);
+  read_optimizer(s.child("optimizer"), t.optimizer);
+  read_initializer(s.child("initializer"), t.initializer);
+}
+
+// `model.slot_tables`: slot name -> table name.
+void read_slot_tables(section& s, raw_manifest& r) {
+  auto found = s.raw("slot_tables");
+  if (!found) return;
+  const auto& [node, mark] = *found;
+  const std::string path = s.path_of("slot_tables");
+  if (!node.IsMap()) {
+    s.diag().fail(mark, path,
+                  "expected a mapping of slot names to table names, got " + describe(node));
+    return;
+  }
+  for (const auto& entry : node) {
+    const std::string slot = entry.first.IsScalar() ? entry.first.Scalar() : "";
+    const std::string item_path = path + "." + slot;
+    auto index = model::slot_index(slot);
+    if (!index) {
+      s.diag().fail(entry.first.Mark(), item_path, index.err().message());
+      continue;
+    }
+    if (!entry.second.IsScalar() || entry.second.Scalar().empty()) {
+      s.diag().fail(entry.first.Mark(), item_path,
+                    "expected a table name, got " + describe(entry.second));
+      continue;
+    }
+    r.slot_tables.push_back({slot, *index, entry.second.Scalar(), entry.first.Mark()});
+  }
+}
+
 }  // namespace
 
 void read_top(section& root, raw_manifest& r) {
@@ -130,9 +178,7 @@ void read_table(section s, raw_manifest& r) {
     s.unsigned_int("dim", dim, 1, max_row_dim);
     if (dim != 0) r.table_dim = dim;
   }
-  s.unsigned_int("seed", r.table.initializer.seed);
-  read_optimizer(s.child("optimizer"), r.table.optimizer);
-  read_initializer(s.child("initializer"), r.table.initializer);
+  read_table_settings(s, r.table);
   s.finish();
 }
 
@@ -143,24 +189,10 @@ void read_tables(section& top, raw_manifest& r) {
     entry.mark = mark;
     t.require("name");
     t.text("name", entry.table.name);
-    if (t.has("dim")) {
-      uint32_t dim = 0;
-      t.unsigned_int("dim", dim, 2, max_row_dim);
-      if (dim != 0) entry.dim = dim;
-    }
-    t.unsigned_int("seed", entry.table.initializer.seed);
-    read_optimizer(t.child("optimizer"), entry.table.optimizer);
-    read_initializer(t.child("initializer"), entry.table.initializer);
-    if (t.has("admission_threshold")) {
-      uint32_t threshold = 0;
-      t.unsigned_int("admission_threshold", threshold);
-      entry.admission_threshold = threshold;
-    }
-    if (t.has("ttl_ticks")) {
-      uint32_t ttl = 0;
-      t.unsigned_int("ttl_ticks", ttl);
-      entry.ttl_ticks = ttl;
-    }
+    entry.dim = optional_uint<uint32_t>(t, "dim", 2, max_row_dim);
+    read_table_settings(t, entry.table);
+    entry.admission_threshold = optional_uint<uint32_t>(t, "admission_threshold");
+    entry.ttl_ticks = optional_uint<uint32_t>(t, "ttl_ticks");
     if (t.has("dram_share")) {
       double share = 0;
       t.real("dram_share", share, 0, 1, true);
@@ -206,30 +238,7 @@ void read_model(section s, raw_manifest& r) {
     s.unsigned_int("slots", slots, 1, 1u << 16);
     if (slots != 0) r.model_slots = slots;
   }
-  if (auto found = s.raw("slot_tables")) {
-    const auto& [node, mark] = *found;
-    const std::string path = s.path_of("slot_tables");
-    if (!node.IsMap()) {
-      s.diag().fail(mark, path, "expected a mapping of slot names to table names, got " +
-                                    describe(node));
-    } else {
-      for (const auto& entry : node) {
-        const std::string slot = entry.first.IsScalar() ? entry.first.Scalar() : "";
-        const std::string item_path = path + "." + slot;
-        auto index = model::slot_index(slot);
-        if (!index) {
-          s.diag().fail(entry.first.Mark(), item_path, index.err().message());
-          continue;
-        }
-        if (!entry.second.IsScalar() || entry.second.Scalar().empty()) {
-          s.diag().fail(entry.first.Mark(), item_path,
-                        "expected a table name, got " + describe(entry.second));
-          continue;
-        }
-        r.slot_tables.push_back({slot, *index, entry.second.Scalar(), entry.first.Mark()});
-      }
-    }
-  }
+  read_slot_tables(s, r);
   s.unsigned_int("seed", r.model.seed);
   s.choice<actors::gradient_kind>(
       "objective", r.objective,

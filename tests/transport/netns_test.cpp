@@ -172,6 +172,26 @@ class two_hosts {
     auto rc = p.wait_exit(120s);
     return {rc ? *rc : -1, p.output()};
   }
+  // ha in namespace a, then, once it listens (it generates the data before
+  // its transport starts), hb in namespace b; hb is null if ha never listened.
+  std::pair<std::unique_ptr<child_process>, std::unique_ptr<child_process>> start_ha_hb() const {
+    auto a = start("ha", true);
+    if (!a->wait_line("transport: node ha listening", 120s)) return {std::move(a), nullptr};
+    return {std::move(a), start("hb", false)};
+  }
+  // `strata stop`, then the coordinator's node and `other` exit 0.
+  void stop_and_expect_clean_exits(child_process& coordinator, child_process& other) const {
+    auto [rc, out] = cli({"stop"});
+    EXPECT_EQ(rc, 0) << out;
+    expect_clean_exits(coordinator, other);
+  }
+  void expect_clean_exits(child_process& coordinator, child_process& other) const {
+    const auto rc_a = coordinator.wait_exit(240s);
+    const auto rc_b = other.wait_exit(60s);
+    ASSERT_TRUE(rc_a && rc_b) << coordinator.output() << other.output();
+    EXPECT_EQ(*rc_a, 0) << coordinator.output();
+    EXPECT_EQ(*rc_b, 0) << other.output();
+  }
   // True once `strata status` shows examples trained (false if the
   // coordinator's node exits first).
   bool wait_training(child_process& coordinator) const {
@@ -214,16 +234,9 @@ class two_hosts {
 TEST(NetworkNamespaces, StrataNodesTrainAcrossTwoHosts) {
   TWO_HOSTS(h);
   h.write("hosts", h.node("ha", true, 17441) + h.node("hb", false, 17442), "", "", "", 20000, 0);
-  // The first node generates the data before its transport starts; the
-  // second starts once it is listening.
-  auto a = h.start("ha", true);
-  ASSERT_TRUE(a->wait_line("transport: node ha listening", 120s)) << a->output();
-  auto b = h.start("hb", false);
-  const auto rc_a = a->wait_exit(240s);
-  const auto rc_b = b->wait_exit(60s);
-  ASSERT_TRUE(rc_a && rc_b) << a->output() << b->output();
-  EXPECT_EQ(*rc_a, 0) << a->output();
-  EXPECT_EQ(*rc_b, 0) << b->output();
+  auto [a, b] = h.start_ha_hb();
+  ASSERT_TRUE(b) << "node ha never listened\n" << a->output();
+  h.expect_clean_exits(*a, *b);
   EXPECT_NE(a->output().find("cluster: all 2 nodes ready"), std::string::npos) << a->output();
   EXPECT_NE(b->output().find("== report: node hb of cluster hosts =="), std::string::npos)
       << b->output();
@@ -239,22 +252,15 @@ TEST(NetworkNamespaces, ScaleOntoTheOtherHostKeepsExactSums) {
   TWO_HOSTS(h);
   h.write("hostscale", h.node("ha", true, 17443) + h.node("hb", false, 17444), "", "", "",
           300000, 17445);
-  auto a = h.start("ha", true);
-  ASSERT_TRUE(a->wait_line("transport: node ha listening", 120s)) << a->output();
-  auto b = h.start("hb", false);
+  auto [a, b] = h.start_ha_hb();
+  ASSERT_TRUE(b) << "node ha never listened\n" << a->output();
   ASSERT_TRUE(h.wait_training(*a)) << a->output() << b->output();
   auto [rc3, out3] = h.cli({"scale", "--shards", "3", "--placement", "ha", "hb", "hb"});
   ASSERT_EQ(rc3, 0) << out3 << a->output() << b->output();
   EXPECT_NE(out3.find("\"shards\": 3"), std::string::npos) << out3;
   EXPECT_TRUE(std::filesystem::exists(h.dir() / "hb" / "shard-2" / "data.mdb"))
       << "shard 2 is not under the other host's ssd_path";
-  auto [rcs, outs] = h.cli({"stop"});
-  EXPECT_EQ(rcs, 0) << outs;
-  const auto rc_a = a->wait_exit(240s);
-  const auto rc_b = b->wait_exit(60s);
-  ASSERT_TRUE(rc_a && rc_b) << a->output() << b->output();
-  EXPECT_EQ(*rc_a, 0) << a->output();
-  EXPECT_EQ(*rc_b, 0) << b->output();
+  h.stop_and_expect_clean_exits(*a, *b);
   h.expect_exact_sums(a->output());
 }
 
@@ -272,9 +278,8 @@ TEST(NetworkNamespaces, AJoinedHostTakesShardsAndAnOriginalHostDrains) {
               h.node("hc", false, 17448, /*standby=*/true),
           "  placement: [ha, hb]\n", "  placement: [ha, ha]\n", "  placement: [ha, ha]\n",
           1000000, 17449);
-  auto a = h.start("ha", true);
-  ASSERT_TRUE(a->wait_line("transport: node ha listening", 120s)) << a->output();
-  auto b = h.start("hb", false);
+  auto [a, b] = h.start_ha_hb();
+  ASSERT_TRUE(b) << "node ha never listened\n" << a->output();
   ASSERT_TRUE(h.wait_training(*a)) << a->output() << b->output();
 
   // hc joins from host b while training goes on.
@@ -302,13 +307,7 @@ TEST(NetworkNamespaces, AJoinedHostTakesShardsAndAnOriginalHostDrains) {
   EXPECT_TRUE(std::filesystem::exists(h.dir() / "ha" / "shard-1" / "data.mdb"))
       << "shard 1 is not under its successor's ssd_path";
 
-  auto [rcs, outs] = h.cli({"stop"});
-  EXPECT_EQ(rcs, 0) << outs;
-  const auto rc_a = a->wait_exit(240s);
-  const auto rc_c = c->wait_exit(60s);
-  ASSERT_TRUE(rc_a && rc_c) << a->output() << c->output();
-  EXPECT_EQ(*rc_a, 0) << a->output();
-  EXPECT_EQ(*rc_c, 0) << c->output();
+  h.stop_and_expect_clean_exits(*a, *c);
   EXPECT_NE(a->output().find("cluster: node hb left (drained: it hosts no shard)"),
             std::string::npos)
       << a->output();
