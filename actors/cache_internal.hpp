@@ -78,11 +78,22 @@ class vector_pool {
     v.clear();
     return v;
   }
+  // When full, `v` replaces the smallest vector if it is larger: the big
+  // buffers (a whole batch's rows) are the ones worth keeping.
   void give(std::vector<T>&& v) {
-    if (v.capacity() == 0 || free_.size() >= limit) return;
+    if (v.capacity() == 0) return;
+    if (free_.size() >= limit) {
+      auto smallest = std::min_element(free_.begin(), free_.end(), [](const auto& a, const auto& b) {
+        return a.capacity() < b.capacity();
+      });
+      if (smallest->capacity() < v.capacity()) *smallest = std::move(v);
+      v = {};
+      return;
+    }
     free_.push_back(std::move(v));
     v = {};
   }
+  size_t size() const { return free_.size(); }
   // Gives `v` a pooled buffer if it has none (it was moved into a message).
   void refill(std::vector<T>& v, size_t n = 0) {
     if (v.capacity() == 0) v = take(n);

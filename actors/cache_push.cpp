@@ -212,6 +212,7 @@ void push_to_shards(cache_pointer self, push_request& req,
               if (st.mode == training_mode::async) insert(self, reply.rows.keys, in, false);
               st.keys_pool.give(std::move(reply.rows.keys));
               st.bytes_pool.give(std::move(reply.rows.records));
+              st.floats_pool.give(std::move(reply.grads));
               if (--p->outstanding == 0 && !p->failed) finish_push(self, *p);
             },
             [p](caf::error& err) {
@@ -220,11 +221,15 @@ void push_to_shards(cache_pointer self, push_request& req,
               p->promise = {};
             });
   }
-  // The request's vectors: its keys stay for the replies, its gradients
-  // go to the pool for the next parts.
+  // The request's vectors: its keys stay for the replies, its gradients go
+  // back to the worker with the acknowledgement (the shards' replies refill
+  // the floats pool with the parts' vectors), and so does a key vector when
+  // the pool holds more than it needs (the worker's prefetches bring them).
   st.keys_pool.give(std::move(p->keys));
   p->keys = std::move(req.keys);
-  st.floats_pool.give(std::move(req.grads));
+  req.grads.clear();
+  p->ack.grads = std::move(req.grads);
+  if (st.keys_pool.size() > 4) p->ack.spare_keys = st.keys_pool.take(SIZE_MAX);  // the largest
   if (p->outstanding == 0) finish_push(self, *p);
 }
 

@@ -399,6 +399,7 @@ cache_tier_actor::behavior_type cache_behavior(cache_pointer self, cache_config 
           return caf::make_error(caf::sec::runtime_error, "push with a wrong gradient size");
         ++st.stats.pushes;
         st.stats.push_rows += req.keys.size();
+        st.bytes_pool.give(std::move(req.spare_records));  // a lookup reply's, returned
         auto promise = self->make_response_promise<push_ack>();
         const double started = st.now();
         if (st.mode == training_mode::async) {

@@ -72,11 +72,19 @@ typename Inspector::result_type inspect(Inspector& f, pull_reply& x) {
 // checkpoint epoch of the batch the gradients came from. `id` (0: none) is
 // a client's push id: a shard applies a push of the same id and keys once
 // (actors/push_ids.hpp), so a retry of a push that timed out is safe.
+//
+// Returned buffers (push_request::spare_records, push_reply::grads,
+// push_ack::grads and spare_keys): empty vectors whose capacity goes back to
+// the actor that allocated it, so that the training path allocates nothing
+// per batch in steady state (issue 17). They are left out of inspect(), so
+// they never cross the wire (a remote peer gets none and allocates as
+// before); within a process a message moves them for free.
 struct push_request {
   std::vector<uint64_t> keys;
   std::vector<float> grads;
   uint64_t epoch = 0;
   uint64_t id = 0;
+  std::vector<uint8_t> spare_records;  // a worker's used lookup_reply records (not serialized)
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, push_request& x) {
@@ -87,6 +95,7 @@ typename Inspector::result_type inspect(Inspector& f, push_request& x) {
 // of the distinct keys pushed, with their new versions inside the records.
 struct push_reply {
   row_batch rows;
+  std::vector<float> grads;  // the request's gradient vector, emptied (not serialized)
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, push_reply& x) {
@@ -97,6 +106,8 @@ typename Inspector::result_type inspect(Inspector& f, push_reply& x) {
 // version of the key's row (0: dropped, key not admitted).
 struct push_ack {
   std::vector<uint64_t> versions;
+  std::vector<float> grads;            // the request's gradient vector, emptied (not serialized)
+  std::vector<uint64_t> spare_keys;    // an emptied key vector, for prefetches (not serialized)
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, push_ack& x) {

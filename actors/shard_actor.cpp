@@ -12,13 +12,16 @@ namespace {
 using namespace shard_detail;
 
 // A pull of keys this shard serves.
-caf::error pull_local(shard_pointer self, const std::vector<uint64_t>& keys, pull_reply& reply,
+// The request's key vector becomes the reply's (the keys are the same), so
+// the requester gets its buffer back.
+caf::error pull_local(shard_pointer self, std::vector<uint64_t> owned, pull_reply& reply,
                       bool ahead) {
   auto& st = self->state;
   const row_layout& layout = st.config.table.layout;
   const double start = st.config.clock->now_seconds();
+  reply.rows.keys = std::move(owned);
+  const std::vector<uint64_t>& keys = reply.rows.keys;
   touch(st, keys);
-  reply.rows.keys = keys;
   reply.rows.records.resize(keys.size() * layout.record_bytes());
   const uint64_t rows_before = st.read_timer->rows();
   auto s = st.chain->lookup(keys, rows_of(reply.rows, layout), &reply.admitted);
@@ -32,19 +35,19 @@ caf::error pull_local(shard_pointer self, const std::vector<uint64_t>& keys, pul
 // A pull (ahead: a cache tier's prefetch fill): local keys served here,
 // keys a newer map gives another shard forwarded there (as the same kind
 // of pull) and merged into one reply.
-caf::result<pull_reply> serve_pull(shard_pointer self, const std::vector<uint64_t>& keys,
+caf::result<pull_reply> serve_pull(shard_pointer self, std::vector<uint64_t>& keys,
                                    bool ahead) {
   if (self->state.fatal) return self->state.fatal;
   if (all_keys_local(self->state)) {
-    if (self->state.async_reads) return pull_async(self, keys, ahead);
+    if (self->state.async_reads) return pull_async(self, std::move(keys), ahead);
     pull_reply reply;
-    if (auto err = pull_local(self, keys, reply, ahead)) return err;
+    if (auto err = pull_local(self, std::move(keys), reply, ahead)) return err;
     return reply;
   }
   auto split = split_keys(self->state, keys, sender_of(self));
   if (split.remote.empty()) {
     pull_reply reply;
-    if (auto err = pull_local(self, keys, reply, ahead)) return err;
+    if (auto err = pull_local(self, std::move(keys), reply, ahead)) return err;
     return reply;
   }
   // Some keys belong elsewhere (a fenced partition, a late request
@@ -89,7 +92,7 @@ caf::result<pull_reply> serve_pull(shard_pointer self, const std::vector<uint64_
 // distinct keys appended to `reply`. A push whose id (with these keys) was
 // applied before is a client's retry: answered with the current rows, not
 // applied again.
-caf::error push_local(shard_pointer self, const push_request& req, push_reply& reply) {
+caf::error push_local(shard_pointer self, push_request& req, push_reply& reply) {
   auto& st = self->state;
   auto& chain = *st.chain;
   const row_layout& layout = st.config.table.layout;
@@ -110,7 +113,13 @@ caf::error push_local(shard_pointer self, const push_request& req, push_reply& r
   unique.assign(req.keys.begin(), req.keys.end());
   std::sort(unique.begin(), unique.end());
   unique.erase(std::unique(unique.begin(), unique.end()), unique.end());
+  const size_t pushed_keys = req.keys.size();
   const size_t before = reply.rows.keys.size();
+  if (before == 0 && reply.rows.keys.capacity() < req.keys.capacity()) {
+    // req.keys is not read again: its buffer carries the reply's keys back.
+    req.keys.clear();
+    reply.rows.keys.swap(req.keys);
+  }
   reply.rows.keys.insert(reply.rows.keys.end(), unique.begin(), unique.end());
   reply.rows.records.resize(reply.rows.keys.size() * layout.record_bytes());
   s = chain.lookup(
@@ -128,7 +137,7 @@ caf::error push_local(shard_pointer self, const push_request& req, push_reply& r
   maybe_flush(self);
   auto& m = st.metrics;
   ++m.pushes;
-  m.push_rows += req.keys.size();
+  m.push_rows += pushed_keys;
   m.push.observe(st.config.clock->now_seconds() - start);
   return {};
 }
@@ -155,12 +164,12 @@ shard_actor::behavior_type shard_behavior(shard_pointer self, shard_config confi
   self->link_to(reader);
   const row_layout layout = st.config.table.layout;
   return {
-      [self](pull_atom, const std::vector<uint64_t>& keys) -> caf::result<pull_reply> {
+      [self](pull_atom, std::vector<uint64_t>& keys) -> caf::result<pull_reply> {
         return serve_pull(self, keys, /*ahead=*/false);
       },
-      [self](pull_atom, prefetch_atom, const std::vector<uint64_t>& keys)
+      [self](pull_atom, prefetch_atom, std::vector<uint64_t>& keys)
           -> caf::result<pull_reply> { return serve_pull(self, keys, /*ahead=*/true); },
-      [self, layout](push_atom, const push_request& req) -> caf::result<push_reply> {
+      [self, layout](push_atom, push_request& req) -> caf::result<push_reply> {
         if (self->state.fatal) return self->state.fatal;
         if (req.grads.size() != req.keys.size() * layout.dim)
           return caf::make_error(caf::sec::runtime_error,
@@ -168,17 +177,17 @@ shard_actor::behavior_type shard_behavior(shard_pointer self, shard_config confi
                                      std::to_string(req.grads.size()) + " floats, expected dim " +
                                      std::to_string(layout.dim) + " each");
         settle_parked(self, req.keys);
-        if (all_keys_local(self->state)) {
+        // The gradient vector goes back with the reply (push_reply::grads).
+        auto applied_here = [&]() -> caf::result<push_reply> {
           push_reply reply;
           if (auto err = push_local(self, req, reply)) return err;
+          req.grads.clear();
+          reply.grads = std::move(req.grads);
           return reply;
-        }
+        };
+        if (all_keys_local(self->state)) return applied_here();
         auto split = split_keys(self->state, req.keys, sender_of(self));
-        if (split.remote.empty()) {
-          push_reply reply;
-          if (auto err = push_local(self, req, reply)) return err;
-          return reply;
-        }
+        if (split.remote.empty()) return applied_here();
         auto sub = [&req, &layout](const std::vector<uint32_t>& at) {
           push_request part;
           part.epoch = req.epoch;
@@ -191,8 +200,10 @@ shard_actor::behavior_type shard_behavior(shard_pointer self, shard_config confi
           return part;
         };
         auto merged = std::make_shared<push_reply>();
-        if (!split.local.empty())
-          if (auto err = push_local(self, sub(split.local), *merged)) return err;
+        if (!split.local.empty()) {
+          push_request local = sub(split.local);
+          if (auto err = push_local(self, local, *merged)) return err;
+        }
         auto promise = self->make_response_promise<push_reply>();
         auto missing = std::make_shared<size_t>(split.remote.size());
         for (auto& [other, at] : split.remote)

@@ -212,7 +212,7 @@ void maybe_flush(shard_pointer self);
 
 // A pull of local keys: answered now if every key is above LMDB, else
 // parked until the reader has read the others.
-caf::result<pull_reply> pull_async(shard_pointer self, const std::vector<uint64_t>& keys,
+caf::result<pull_reply> pull_async(shard_pointer self, std::vector<uint64_t> owned,
                                    bool ahead);
 // A pull's rows in the metrics: a lookup's, or (ahead) a prefetch fill's;
 // `ssd_rows` of them were read from LMDB while the pull waited.

@@ -207,15 +207,18 @@ void count_pull(shard_state& st, size_t rows, uint64_t ssd_rows, bool ahead) {
   if (ssd_rows > 0) ++st.metrics.lmdb_waits;
 }
 
-caf::result<pull_reply> pull_async(shard_pointer self, const std::vector<uint64_t>& keys,
+caf::result<pull_reply> pull_async(shard_pointer self, std::vector<uint64_t> owned,
                                    bool ahead) {
   auto& st = self->state;
   const double start = st.config.clock->now_seconds();
-  touch(st, keys);
-  if (auto s = classify(st, keys); !s) return to_caf(s.err());
   parked_pull p;
   p.started = start;
-  p.reply.rows.keys = keys;
+  // The request's key vector becomes the reply's (the requester gets its
+  // buffer back); `keys` stays valid while p is moved into st.parked below.
+  p.reply.rows.keys = std::move(owned);
+  const std::vector<uint64_t>& keys = p.reply.rows.keys;
+  touch(st, keys);
+  if (auto s = classify(st, keys); !s) return to_caf(s.err());
   p.reply.rows.records.resize(keys.size() * st.config.table.layout.record_bytes());
   p.reply.admitted.assign(keys.size(), 1);
   count_pull(st, keys.size(), st.cold_at.size(), ahead);

@@ -146,6 +146,11 @@ struct worker_state {
   // Key vectors for outgoing messages (prefetches, pushes): the push
   // acknowledgements' version vectors, which arrive one per push, refill it.
   std::vector<std::vector<uint64_t>> key_pool;
+  // Gradient vectors for pushes; the acknowledgements bring them back.
+  std::vector<std::vector<float>> grad_pool;
+  // Per route, the last lookup reply's record buffer: the next push to that
+  // cache tier takes it back (push_request::spare_records).
+  std::vector<std::vector<uint8_t>> used_records;
   // Acknowledgements missing per batch in flight (its sequence number).
   flat_map<uint32_t> acks_missing;
   uint64_t pushed_batches = 0;
@@ -187,10 +192,17 @@ void fail(worker_pointer self, caf::error err) {
   }
 }
 
-// A vector from the pool (empty, its capacity kept), else a new one.
+// The pool's largest vector (empty, its capacity kept), else a new one:
+// pooled vectors come back from the cache in several sizes, and a slot's
+// route keys grow to a whole batch's distinct keys.
 std::vector<uint64_t> take_keys(worker_state& st) {
   if (st.key_pool.empty()) return {};
-  auto v = std::move(st.key_pool.back());
+  auto largest = std::max_element(st.key_pool.begin(), st.key_pool.end(),
+                                  [](const auto& a, const auto& b) {
+                                    return a.capacity() < b.capacity();
+                                  });
+  auto v = std::move(*largest);
+  *largest = std::move(st.key_pool.back());
   st.key_pool.pop_back();
   v.clear();
   return v;
@@ -200,6 +212,17 @@ void give_keys(worker_state& st, std::vector<uint64_t>&& v) {
   if (v.capacity() != 0 && st.key_pool.size() < 8) st.key_pool.push_back(std::move(v));
 }
 
+std::vector<float> take_grads(worker_state& st) {
+  if (st.grad_pool.empty()) return {};
+  auto v = std::move(st.grad_pool.back());
+  st.grad_pool.pop_back();
+  return v;
+}
+
+void give_grads(worker_state& st, std::vector<float>&& v) {
+  if (v.capacity() != 0 && st.grad_pool.size() < 8) st.grad_pool.push_back(std::move(v));
+}
+
 // Fills the ring's new back slot with `batch` and its routes.
 void make_pending(worker_state& st, pending_batch& p, model::batch batch) {
   p.batch = std::move(batch);
@@ -207,7 +230,14 @@ void make_pending(worker_state& st, pending_batch& p, model::batch batch) {
   const auto routes = async ? 1u : static_cast<uint32_t>(st.peers.caches.size());
   p.route_keys.resize(routes);
   p.route_members.resize(routes);
-  for (auto& keys : p.route_keys) keys.clear();
+  size_t positions = 0;
+  for (const auto& ex : p.batch.examples) positions += ex.features.size();
+  // Room for every position up front: growing by push_back would reallocate
+  // a pooled vector that came back smaller than this batch needs.
+  for (auto& keys : p.route_keys) {
+    keys.clear();
+    keys.reserve(async ? positions : positions / routes + positions / 4 + 16);
+  }
   for (auto& members : p.route_members) members.clear();
   auto& index = st.route_index;
   index.clear();
@@ -322,7 +352,9 @@ void train_head(worker_pointer self) {
     push.epoch = st.epoch;
     // The slot's key vector travels with the push; a pooled one replaces it.
     push.keys = std::exchange(head.route_keys[r], take_keys(st));
+    push.grads = take_grads(st);
     push.grads.resize(push.keys.size() * dim);
+    if (r < st.used_records.size()) push.spare_records = std::move(st.used_records[r]);
     auto& seen = st.seen;
     seen.assign(push.keys.size(), 0);
     for (const auto& [pos, u] : head.route_members[r]) {  // ascending positions
@@ -341,6 +373,9 @@ void train_head(worker_pointer self) {
             [self, seq](push_ack& ack) {
               auto& s = self->state;
               give_keys(s, std::move(ack.versions));
+              give_keys(s, std::move(ack.spare_keys));
+              ack.grads.clear();
+              give_grads(s, std::move(ack.grads));
               uint32_t* missing = s.acks_missing.find(seq);
               if (missing == nullptr || --*missing > 0) return;
               s.acks_missing.erase(seq);
@@ -422,6 +457,9 @@ void lookup_head(worker_pointer self) {
                 const float* w = weights_of(records + size_t{u} * record_bytes);
                 std::copy(w, w + dim, s.rows.data() + size_t{pos} * dim);
               }
+              if (s.used_records.size() <= r) s.used_records.resize(r + 1);
+              reply.rows.records.clear();
+              s.used_records[r] = std::move(reply.rows.records);
               --s.lookup_replies_missing;
               pump(self);
             },

@@ -89,7 +89,9 @@ exchange_result run_exchange(caf::actor_system& system, const shard_actor& shard
     return self->request(shard, caf::infinite, pull_atom::value, keys);
   };
   auto push = [&](auto& self) {
-    push_request r{keys, std::vector<float>(size_t{batch_keys} * dim, -1.0f), 0};
+    push_request r;
+    r.keys = keys;
+    r.grads.assign(size_t{batch_keys} * dim, -1.0f);
     return self->request(shard, caf::infinite, push_atom::value, std::move(r));
   };
   drive<pull_reply>(system, std::max(2u, iterations / 10), in_flight, pull);  // warm
