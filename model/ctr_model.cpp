@@ -31,7 +31,13 @@ float sigmoid(float z) { return 1.0f / (1.0f + std::exp(-z)); }
 
 ctr_model::ctr_model(model_config config) : config_(std::move(config)) {
   STRATA_ASSERT(config_.slots > 0 && config_.embedding_dim > 0, "ctr_model: empty model_config");
-  uint32_t in = config_.slots * config_.embedding_dim;
+  STRATA_ASSERT(config_.slot_dims.empty() || config_.slot_dims.size() == config_.slots,
+                "ctr_model: slot_dims must give every slot a width (or none)");
+  for (uint32_t slot = 0; slot < config_.slots; ++slot) {
+    STRATA_ASSERT(config_.slot_dim(slot) > 0, "ctr_model: a slot of embedding width 0");
+    slot_offset_.push_back(slot == 0 ? 0 : slot_offset_.back() + config_.slot_dim(slot - 1));
+  }
+  uint32_t in = config_.input_width();
   auto add_layer = [&](uint32_t out) {
     STRATA_ASSERT(out > 0, "ctr_model: hidden layer of width 0");
     dense_layer layer;
@@ -68,15 +74,19 @@ namespace {
 
 // Forward pass shared by predict() and forward_backward(); fills s.acts,
 // s.linear and s.logits.
-void forward(const model_config& config, const std::vector<dense_layer>& layout, const batch& b,
-             std::span<const float> rows, std::span<const float> dense, ctr_model::scratch& s) {
+void forward(const model_config& config, const std::vector<dense_layer>& layout,
+             const std::vector<uint32_t>& offset, const batch& b, std::span<const float> rows,
+             std::span<const float> dense, ctr_model::scratch& s) {
   const size_t batch_size = b.examples.size();
-  const size_t dim = config.embedding_dim, row_dim = config.row_dim();
-  const size_t width = size_t{config.slots} * dim;
-  size_t occurrences = 0;
-  for (const auto& e : b.examples) occurrences += e.features.size();
-  STRATA_ASSERT(rows.size() == occurrences * row_dim,
-                "ctr_model: rows must hold row_dim() floats per key occurrence");
+  const size_t width = config.input_width();
+  size_t floats = 0;
+  for (const auto& e : b.examples)
+    for (const auto& f : e.features) {
+      STRATA_ASSERT(f.slot < config.slots, "ctr_model: feature slot >= model_config.slots");
+      floats += size_t{config.slot_dim(f.slot)} + 1;
+    }
+  STRATA_ASSERT(rows.size() == floats,
+                "ctr_model: rows must hold slot_dim(slot) + 1 floats per key occurrence");
 
   s.acts.resize(layout.size() + 1);
   s.acts[0].assign(batch_size * width, 0.0f);
@@ -86,10 +96,10 @@ void forward(const model_config& config, const std::vector<dense_layer>& layout,
     float* pooled = s.acts[0].data() + e * width;
     float linear = 0;
     for (const auto& f : b.examples[e].features) {
-      STRATA_ASSERT(f.slot < config.slots, "ctr_model: feature slot >= model_config.slots");
+      const size_t dim = config.slot_dim(f.slot);
       linear += f.value * row[0];
-      axpy(pooled + size_t{f.slot} * dim, row + 1, f.value, dim);
-      row += row_dim;
+      axpy(pooled + offset[f.slot], row + 1, f.value, dim);
+      row += dim + 1;
     }
     s.linear[e] = linear;
   }
@@ -128,7 +138,7 @@ std::vector<float> ctr_model::predict(const batch& b, std::span<const float> row
                                       std::span<const float> dense) const {
   STRATA_ASSERT(dense.size() == dense_size_, "ctr_model: dense must hold dense_size() floats");
   scratch s;
-  forward(config_, layout_, b, rows, dense, s);
+  forward(config_, layout_, slot_offset_, b, rows, dense, s);
   std::vector<float> p(s.logits.size());
   for (size_t e = 0; e < p.size(); ++e) p[e] = sigmoid(s.logits[e]);
   return p;
@@ -145,10 +155,9 @@ void ctr_model::forward_backward(const batch& b, std::span<const float> rows,
                                  std::span<const float> dense, batch_result& result) {
   STRATA_ASSERT(dense.size() == dense_size_, "ctr_model: dense must hold dense_size() floats");
   scratch& s = scratch_;
-  forward(config_, layout_, b, rows, dense, s);
+  forward(config_, layout_, slot_offset_, b, rows, dense, s);
   const size_t batch_size = b.examples.size();
-  const size_t dim = config_.embedding_dim, row_dim = config_.row_dim();
-  const size_t width = size_t{config_.slots} * dim;
+  const size_t width = config_.input_width();
 
   result.predictions.resize(batch_size);
   result.dense_grads.assign(dense_size_, 0.0f);
@@ -210,10 +219,11 @@ void ctr_model::forward_backward(const batch& b, std::span<const float> rows,
   for (size_t e = 0; e < batch_size; ++e) {
     const float* pooled_grad = s.grad.data() + e * width;
     for (const auto& f : b.examples[e].features) {
+      const size_t dim = config_.slot_dim(f.slot);
       out[0] = f.value * s.logit_grad[e];
-      const float* g = pooled_grad + size_t{f.slot} * dim;
+      const float* g = pooled_grad + slot_offset_[f.slot];
       for (size_t k = 0; k < dim; ++k) out[1 + k] = f.value * g[k];
-      out += row_dim;
+      out += dim + 1;
     }
   }
 }

@@ -1,9 +1,11 @@
 // The CTR model: per-slot sum-pooled embeddings plus a first-order term,
 // concatenated into an MLP with a sigmoid output, trained on logloss.
 //
-// Sparse parameters come from the parameter server as rows of one table of
-// dim = embedding_dim + 1: element 0 is the key's first-order (linear)
-// weight, elements 1..embedding_dim its embedding. For an example:
+// Sparse parameters come from the parameter server as rows of dim =
+// embedding_dim + 1 (or, with model_config::slot_dims, slot_dim(slot) + 1
+// for a key of that slot: one table per group of slots, each its own
+// width): element 0 is the key's first-order (linear) weight, the others
+// its embedding. For an example:
 //   pooled[s] = sum over its features f in slot s of value_f * emb(key_f)
 //   linear    = sum over features of value_f * w0(key_f)
 //   logit     = mlp(concat(pooled[0..slots))) + linear
@@ -46,7 +48,21 @@ struct model_config {
   uint32_t embedding_dim = 8;
   std::vector<uint32_t> hidden{64, 32};
   uint64_t seed = 1;  // dense weight initialization
+  // Embedding width per slot (several tables: a slot's table's dim - 1);
+  // empty: every slot embedding_dim. A key occurrence's row then has
+  // slot_dim(its slot) + 1 floats, and the MLP's input is the slots'
+  // pooled embeddings side by side (input_width() floats).
+  std::vector<uint32_t> slot_dims;
   uint32_t row_dim() const { return embedding_dim + 1; }
+  uint32_t slot_dim(uint32_t slot) const {
+    return slot_dims.empty() ? embedding_dim : slot_dims[slot];
+  }
+  uint32_t input_width() const {
+    if (slot_dims.empty()) return slots * embedding_dim;
+    uint32_t sum = 0;
+    for (uint32_t d : slot_dims) sum += d;
+    return sum;
+  }
 };
 
 struct batch_result {
@@ -72,8 +88,9 @@ class ctr_model {
   // Initial dense weights (He-uniform from the seed; deterministic).
   std::vector<float> initial_dense() const;
 
-  // rows: one row_dim() float vector per key occurrence (batch.keys()
-  // order), dense: dense_size() floats. Fills `out`, reusing its vectors.
+  // rows: one row per key occurrence (batch.keys() order), slot_dim(its
+  // slot) + 1 floats (row_dim() without slot_dims); dense: dense_size()
+  // floats. Fills `out` (row_grads laid out like rows), reusing its vectors.
   void forward_backward(const batch& b, std::span<const float> rows, std::span<const float> dense,
                         batch_result& out);
   batch_result forward_backward(const batch& b, std::span<const float> rows,
@@ -82,7 +99,7 @@ class ctr_model {
   std::vector<float> predict(const batch& b, std::span<const float> rows,
                              std::span<const float> dense) const;
 
-  // Buffers of one pass: acts[0] is the pooled input (batch x slots*dim),
+  // Buffers of one pass: acts[0] is the pooled input (batch x input_width()),
   // acts[l + 1] the (post-ReLU) output of layer l (batch x out); grad and
   // input_grad dL/d(a layer's output / input) during the backward pass.
   struct scratch {
@@ -94,6 +111,7 @@ class ctr_model {
  private:
   model_config config_;
   std::vector<dense_layer> layout_;
+  std::vector<uint32_t> slot_offset_;  // where each slot's pooled embedding starts in the input
   size_t dense_size_ = 0;
   scratch scratch_;
 };

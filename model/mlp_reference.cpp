@@ -46,6 +46,8 @@ struct activations {
 // Forward pass shared by predict() and forward_backward().
 void forward(const model_config& config, const std::vector<dense_layer>& layout, const batch& b,
              std::span<const float> rows, std::span<const float> dense, activations& a) {
+  STRATA_ASSERT(config.slot_dims.empty(),
+                "mlp_reference: one embedding width for every slot (no slot_dims)");
   const size_t batch_size = b.examples.size();
   const size_t dim = config.embedding_dim, row_dim = config.row_dim();
   const size_t width = size_t{config.slots} * dim;
