@@ -123,6 +123,7 @@ struct serving_store::impl {
   // Scratch buffers reused across calls.
   std::vector<std::byte> records;
   std::vector<uint32_t> misses;
+  std::vector<std::byte> found;  // fetch_misses()'s rows
 
   size_t record_bytes() const { return layout.record_bytes(); }
 
@@ -175,10 +176,21 @@ struct serving_store::impl {
     cache_hits = counts.hits;
     misses.resize(counts.misses);
     if (misses.empty()) return {};
-    // DRAM, then LMDB, for the cache's misses.
+    STRATA_TRY(fetch_misses(keys, fetched));
+    for (size_t j = 0; j < misses.size(); ++j)
+      std::memcpy(out + size_t{misses[j]} * rb, found.data() + j * rb, rb);
+    return {};
+  }
+
+  // The rows of the cache's misses (`misses`: positions in keys) from
+  // DRAM, then LMDB (promoted to DRAM), else the default row, into `found`
+  // (one record per miss, in order); those found below the cache (not
+  // defaults) are appended to `fetched`.
+  status fetch_misses(std::span<const uint64_t> keys, row_buffer& fetched) {
+    const size_t rb = record_bytes();
     std::vector<uint64_t> miss_keys(misses.size());
     for (size_t j = 0; j < misses.size(); ++j) miss_keys[j] = keys[misses[j]];
-    std::vector<std::byte> found(miss_keys.size() * rb);
+    found.resize(miss_keys.size() * rb);
     std::vector<uint32_t> dram_misses;
     STRATA_TRY(dram->lookup(miss_keys, rows_span{found.data(), rb}, dram_misses));
     stats.dram_hits += miss_keys.size() - dram_misses.size();
@@ -209,11 +221,8 @@ struct serving_store::impl {
         STRATA_TRY(dram->store(promote.keys(), promote.rows(), false, spilled));
       }
     }
-    for (size_t j = 0; j < miss_keys.size(); ++j) {
-      std::byte* dst = out + size_t{misses[j]} * rb;
-      std::memcpy(dst, found.data() + j * rb, rb);
-      if (!is_default[j]) fetched.append(miss_keys[j], dst);
-    }
+    for (size_t j = 0; j < miss_keys.size(); ++j)
+      if (!is_default[j]) fetched.append(miss_keys[j], found.data() + j * rb);
     return {};
   }
 };
@@ -347,17 +356,29 @@ status serving_store::lookup(std::span<const uint64_t> keys, lookup_result& out)
     weights = reinterpret_cast<std::byte*>(out.weights.data());
   }
   if (n == 0) return {};
-  // The tiers write records (meta, weights); each record's version and
-  // weights then go straight to their places in the result.
-  s.records.resize(n * rb);
+  // The cache writes each hit's version and weights straight to their
+  // places in the result; the misses' rows (DRAM, LMDB, defaults) come as
+  // records, whose version and weights are copied there.
+  const size_t weight_bytes = size_t{4} * dim;
+  s.misses.resize(n);
+  cache_counts counts;
+  STRATA_TRY(run_cache_call([&](cache_completion done) {
+    s.cache->query_weights(host_span(keys), host_span(std::span<std::byte>(versions, n * 8)),
+                           host_span(std::span<std::byte>(weights, n * weight_bytes)),
+                           host_span(std::span<uint32_t>(s.misses)), counts, std::move(done));
+  }));
+  const uint64_t hits = counts.hits;
+  s.misses.resize(counts.misses);
   row_buffer fetched(s.layout);
-  uint64_t hits = 0;
-  STRATA_TRY(s.fetch(keys, s.records.data(), fetched, hits));
-  for (size_t i = 0; i < n; ++i) {
-    const std::byte* r = s.records.data() + i * rb;
-    const uint64_t version = meta_of(r).version;
-    std::memcpy(versions + i * 8, &version, 8);
-    std::memcpy(weights + i * size_t{4} * dim, weights_of(r), size_t{4} * dim);
+  if (!s.misses.empty()) {
+    STRATA_TRY(s.fetch_misses(keys, fetched));
+    for (size_t j = 0; j < s.misses.size(); ++j) {
+      const std::byte* r = s.found.data() + j * rb;
+      const size_t i = s.misses[j];
+      const uint64_t version = meta_of(r).version;
+      std::memcpy(versions + i * 8, &version, 8);
+      std::memcpy(weights + i * weight_bytes, weights_of(r), weight_bytes);
+    }
   }
   s.stats.cache_hits += hits;
   const bool async = s.hit_rate() >= s.config.async_insert_hit_rate;

@@ -88,6 +88,18 @@ class cache_backend {
   virtual void query(memory_span<const uint64_t> keys, memory_span<std::byte> rows,
                      memory_span<uint32_t> miss_indices, cache_counts& counts,
                      cache_completion done) = 0;
+  // query() for a reader that sends rows on (serving): a hit writes only its
+  // version (8 bytes, u64) to versions[8 i] and its weights (4 dim bytes,
+  // layout().dim floats) to weights[4 dim i], as bytes (places in a reply
+  // payload, any alignment), instead of its whole record. Misses leave
+  // their places untouched; hits, misses, ticks and miss_indices as for
+  // query(). Host memory only. Capacities: versions >= 8 keys.size() bytes,
+  // weights >= 4 dim keys.size() bytes, miss_indices >= keys.size(). This
+  // default queries into records of its own and splits them; the CPU
+  // backend copies from each slot straight to both places.
+  virtual void query_weights(memory_span<const uint64_t> keys, memory_span<std::byte> versions,
+                             memory_span<std::byte> weights, memory_span<uint32_t> miss_indices,
+                             cache_counts& counts, cache_completion done);
 
   // Inserts rows. A key already present keeps the copy with the higher
   // version (equal: the resident one, counts.skipped; it takes the incoming
@@ -130,5 +142,12 @@ class cache_backend {
   // Drops every row (dirty ones included: call dump first).
   virtual void clear() = 0;
 };
+
+// Checks query_weights()'s buffers (kinds and capacities); an error names
+// the first one that is wrong.
+status check_query_weights(const cache_backend& cache, size_t keys, memory_kind keys_kind,
+                           const memory_span<std::byte>& versions,
+                           const memory_span<std::byte>& weights,
+                           const memory_span<uint32_t>& miss_indices);
 
 }  // namespace strata

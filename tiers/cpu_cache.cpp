@@ -163,6 +163,37 @@ void cpu_cache::query(memory_span<const uint64_t> keys, memory_span<std::byte> r
   finish({});
 }
 
+void cpu_cache::query_weights(memory_span<const uint64_t> keys, memory_span<std::byte> versions,
+                              memory_span<std::byte> weights, memory_span<uint32_t> miss_indices,
+                              cache_counts& counts, cache_completion done) {
+  counts = {};
+  auto finish = [&](status st) {
+    if (done) done(std::move(st));
+  };
+  impl& m = *impl_;
+  const size_t n = keys.size();
+  if (auto ok = check_query_weights(*this, n, keys.kind(), versions, weights, miss_indices); !ok)
+    return finish(std::move(ok));
+  if (n > UINT32_MAX) return finish(bad_argument("query: batch larger than 2^32 keys"));
+  const size_t weight_bytes = size_t{4} * m.layout.dim;
+  ++m.tick;
+  for (size_t i = 0; i < n; ++i) {
+    const uint64_t key = keys.data()[i];
+    const ptrdiff_t slot = m.find(cache_set_of(key, m.geometry.sets), key);
+    if (slot < 0) {
+      miss_indices.data()[counts.misses++] = static_cast<uint32_t>(i);
+      continue;
+    }
+    m.ticks[slot] = m.tick;
+    const std::byte* r = m.record(static_cast<size_t>(slot));
+    const uint64_t version = meta_of(r).version;
+    std::memcpy(versions.data() + i * 8, &version, 8);
+    std::memcpy(weights.data() + i * weight_bytes, weights_of(r), weight_bytes);
+    ++counts.hits;
+  }
+  finish({});
+}
+
 void cpu_cache::insert(memory_span<const uint64_t> keys, memory_span<const std::byte> rows,
                        bool dirty, memory_span<uint64_t> evicted_keys,
                        memory_span<std::byte> evicted_rows, cache_counts& counts,

@@ -25,6 +25,11 @@ class cpu_cache final : public cache_backend {
   void query(memory_span<const uint64_t> keys, memory_span<std::byte> rows,
              memory_span<uint32_t> miss_indices, cache_counts& counts,
              cache_completion done) override;
+  // Copies each hit's version and weights from its slot straight to their
+  // places (no record in between).
+  void query_weights(memory_span<const uint64_t> keys, memory_span<std::byte> versions,
+                     memory_span<std::byte> weights, memory_span<uint32_t> miss_indices,
+                     cache_counts& counts, cache_completion done) override;
   void insert(memory_span<const uint64_t> keys, memory_span<const std::byte> rows, bool dirty,
               memory_span<uint64_t> evicted_keys, memory_span<std::byte> evicted_rows,
               cache_counts& counts, cache_completion done) override;

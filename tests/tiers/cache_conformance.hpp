@@ -113,6 +113,60 @@ TYPED_TEST_P(cache_conformance, QueryMixesHitsMissesAndDuplicates) {
   expect_row(6, 1);
 }
 
+// query_weights() (serving's reply path): a hit's version and weights go
+// to their places, exactly what query() returns in the record; a miss's
+// places stay as they were. Host memory only: a device backend refuses.
+TYPED_TEST_P(cache_conformance, QueryWeightsWritesWhatQueryReturns) {
+  auto h = this->make(this->adagrad4_, cache_geometry{4, 1});
+  const std::vector<uint64_t> present{10, 20, 30};
+  auto rows = make_records(this->adagrad4_, present, 1);
+  ASSERT_TRUE(h.insert(present, rows, false).st);
+  const std::vector<uint64_t> batch{20, 99, 10, 20, 99, 30, 20, 7};
+  const std::byte fill{0x5a};
+  auto w = h.query_weights(batch, fill);
+  if (h.kind() != memory_kind::host) {
+    ASSERT_FALSE(w.st);
+    EXPECT_EQ(w.st.err().code(), errc::invalid_argument);
+    EXPECT_NE(w.st.err().message().find("host memory"), std::string::npos);
+    return;
+  }
+  ASSERT_TRUE(w.st) << w.st.err().message();
+  auto q = h.query(batch);
+  ASSERT_TRUE(q.st);
+  EXPECT_EQ(w.counts.hits, q.counts.hits);
+  EXPECT_EQ(w.counts.misses, q.counts.misses);
+  EXPECT_EQ(w.misses, q.misses);
+  const size_t rb = h.record_bytes(), wb = size_t{4} * this->adagrad4_.dim;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    SCOPED_TRACE("position " + std::to_string(i));
+    const bool miss = std::find(q.misses.begin(), q.misses.end(), i) != q.misses.end();
+    if (miss) {
+      for (size_t b = 0; b < 8; ++b) EXPECT_EQ(w.versions[i * 8 + b], fill);
+      for (size_t b = 0; b < wb; ++b) EXPECT_EQ(w.weights[i * wb + b], fill);
+      continue;
+    }
+    const std::byte* r = q.rows.data() + i * rb;
+    uint64_t version = 0;
+    std::memcpy(&version, w.versions.data() + i * 8, 8);
+    EXPECT_EQ(version, meta_of(r).version);
+    EXPECT_EQ(std::memcmp(w.weights.data() + i * wb, weights_of(r), wb), 0);
+  }
+  // Undersized buffers are refused, naming them.
+  auto& cache = h.cache();
+  std::vector<uint64_t> keys{10, 20};
+  std::vector<std::byte> versions(8), weights(2 * wb);
+  std::vector<uint32_t> misses(2);
+  cache_counts counts;
+  status st;
+  cache.query_weights(
+      host_span(std::span<const uint64_t>(keys)), host_span(std::span<std::byte>(versions)),
+      host_span(std::span<std::byte>(weights)), host_span(std::span<uint32_t>(misses)), counts,
+      [&](status s) { st = std::move(s); });
+  ASSERT_FALSE(st);
+  EXPECT_NE(st.err().message().find("versions hold 8 bytes"), std::string::npos)
+      << st.err().message();
+}
+
 TYPED_TEST_P(cache_conformance, EmptyBatchesAreFine) {
   auto h = this->make(this->adagrad4_, cache_geometry{2, 1});
   auto q = h.query({});
@@ -641,11 +695,11 @@ TYPED_TEST_P(cache_conformance, RandomSequencesMatchTheReferenceModel) {
 
 REGISTER_TYPED_TEST_SUITE_P(
     cache_conformance, MissThenInsertThenHitIsBitExact, QueryMixesHitsMissesAndDuplicates,
-    EmptyBatchesAreFine, InsertKeepsHigherVersionBothWays, InsertDuplicatesCollapseToHighestVersion,
-    ScriptedLruEvictionInOneSet, OverflowWithinOneBatchEvictsEarlierKeysOfThatBatch,
-    OnlyDirtyEvictionsAreReturnedEachOnce, SetsAreIndependentAndUseTheSharedHash,
-    UpdateSumsDuplicatesExactlyAndBumpsVersionOnce, UpdateSumsInBatchOrder,
-    UpdateRunsAdagradOncePerKey, UpdateReportsEveryPositionOfMissingKeys,
+    QueryWeightsWritesWhatQueryReturns, EmptyBatchesAreFine, InsertKeepsHigherVersionBothWays,
+    InsertDuplicatesCollapseToHighestVersion, ScriptedLruEvictionInOneSet,
+    OverflowWithinOneBatchEvictsEarlierKeysOfThatBatch, OnlyDirtyEvictionsAreReturnedEachOnce,
+    SetsAreIndependentAndUseTheSharedHash, UpdateSumsDuplicatesExactlyAndBumpsVersionOnce,
+    UpdateSumsInBatchOrder, UpdateRunsAdagradOncePerKey, UpdateReportsEveryPositionOfMissingKeys,
     UpdateRejectsAnOptimizerOtherThanTheLayouts, DumpDirtyThenClean, DumpWithCleanAndClearDirty,
     ClearDropsEverything, RejectsMemoryOfTheOtherKind, RejectsUndersizedBuffers,
     RandomSequencesMatchTheReferenceModel);

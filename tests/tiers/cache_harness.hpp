@@ -61,6 +61,13 @@ struct update_result {
   cache_counts counts;
   std::vector<uint32_t> misses;
 };
+struct weights_result {
+  status st;
+  cache_counts counts;
+  std::vector<std::byte> versions;  // 8 bytes per key; misses keep the fill byte
+  std::vector<std::byte> weights;   // 4 dim bytes per key; the same
+  std::vector<uint32_t> misses;
+};
 struct dump_result {
   status st;
   cache_counts counts;
@@ -126,6 +133,26 @@ class cache_harness {
       cache_->update(as_const(k), as_const(g), opt, miss, r.counts, std::move(done));
     });
     r.misses = fetch(mem, miss, r.st ? r.counts.misses : 0);
+    return r;
+  }
+
+  // query_weights() on host buffers (its interface takes host memory
+  // only), pre-filled with `fill` so that untouched places show.
+  weights_result query_weights(const std::vector<uint64_t>& keys, std::byte fill) {
+    const size_t n = keys.size();
+    const size_t wb = size_t{4} * cache_->layout().dim;
+    std::vector<uint64_t> k = keys;
+    weights_result r;
+    r.versions.assign(n * 8, fill);
+    r.weights.assign(n * wb, fill);
+    r.misses.assign(n, 0);
+    r.st = wait([&](cache_completion done) {
+      cache_->query_weights(host_span(std::span<const uint64_t>(k)),
+                            host_span(std::span<std::byte>(r.versions)),
+                            host_span(std::span<std::byte>(r.weights)),
+                            host_span(std::span<uint32_t>(r.misses)), r.counts, std::move(done));
+    });
+    r.misses.resize(r.st ? r.counts.misses : 0);
     return r;
   }
 
