@@ -127,6 +127,32 @@ const row_layout& cpu_cache::layout() const { return impl_->layout; }
 const cache_geometry& cpu_cache::geometry() const { return impl_->geometry; }
 size_t cpu_cache::size() const { return impl_->resident; }
 
+namespace {
+
+// A query's lookup (query and query_weights): advances the tick, stamps
+// each hit's slot and hands on_hit(position, record) its record; a miss's
+// position goes to miss_indices. A query changes nothing but the touched
+// slots' tick, which is the same for the whole batch: unlike insert and
+// update it needs no set/key ordering, so keys are served in batch order.
+template <class Impl, class OnHit>  // Impl: cpu_cache::impl (private, so deduced)
+void for_each_hit(Impl& m, memory_span<const uint64_t> keys,
+                  memory_span<uint32_t> miss_indices, cache_counts& counts, OnHit on_hit) {
+  ++m.tick;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const uint64_t key = keys.data()[i];
+    const ptrdiff_t slot = m.find(cache_set_of(key, m.geometry.sets), key);
+    if (slot < 0) {
+      miss_indices.data()[counts.misses++] = static_cast<uint32_t>(i);
+      continue;
+    }
+    m.ticks[slot] = m.tick;
+    on_hit(i, m.record(static_cast<size_t>(slot)));
+    ++counts.hits;
+  }
+}
+
+}  // namespace
+
 void cpu_cache::query(memory_span<const uint64_t> keys, memory_span<std::byte> rows,
                       memory_span<uint32_t> miss_indices, cache_counts& counts,
                       cache_completion done) {
@@ -144,22 +170,9 @@ void cpu_cache::query(memory_span<const uint64_t> keys, memory_span<std::byte> r
   if (miss_indices.size() < n)
     return finish(bad_argument("query: miss_indices capacity below keys.size()"));
 
-  ++m.tick;
-  // A query changes nothing but the touched slots' tick, which is the same
-  // for the whole batch: unlike insert and update it needs no set/key
-  // ordering, so keys are served in batch order.
-  for (size_t i = 0; i < n; ++i) {
-    const uint64_t key = keys.data()[i];
-    const ptrdiff_t slot = m.find(cache_set_of(key, m.geometry.sets), key);
-    if (slot < 0) {
-      miss_indices.data()[counts.misses++] = static_cast<uint32_t>(i);
-      continue;
-    }
-    m.ticks[slot] = m.tick;
-    std::memcpy(rows.data() + i * m.record_bytes, m.record(static_cast<size_t>(slot)),
-                m.record_bytes);
-    ++counts.hits;
-  }
+  for_each_hit(m, keys, miss_indices, counts, [&](size_t i, const std::byte* record) {
+    std::memcpy(rows.data() + i * m.record_bytes, record, m.record_bytes);
+  });
   finish({});
 }
 
@@ -176,21 +189,11 @@ void cpu_cache::query_weights(memory_span<const uint64_t> keys, memory_span<std:
     return finish(std::move(ok));
   if (n > UINT32_MAX) return finish(bad_argument("query: batch larger than 2^32 keys"));
   const size_t weight_bytes = size_t{4} * m.layout.dim;
-  ++m.tick;
-  for (size_t i = 0; i < n; ++i) {
-    const uint64_t key = keys.data()[i];
-    const ptrdiff_t slot = m.find(cache_set_of(key, m.geometry.sets), key);
-    if (slot < 0) {
-      miss_indices.data()[counts.misses++] = static_cast<uint32_t>(i);
-      continue;
-    }
-    m.ticks[slot] = m.tick;
-    const std::byte* r = m.record(static_cast<size_t>(slot));
-    const uint64_t version = meta_of(r).version;
+  for_each_hit(m, keys, miss_indices, counts, [&](size_t i, const std::byte* record) {
+    const uint64_t version = meta_of(record).version;
     std::memcpy(versions.data() + i * 8, &version, 8);
-    std::memcpy(weights.data() + i * weight_bytes, weights_of(r), weight_bytes);
-    ++counts.hits;
-  }
+    std::memcpy(weights.data() + i * weight_bytes, weights_of(record), weight_bytes);
+  });
   finish({});
 }
 
