@@ -6,6 +6,7 @@
 #include <string>
 #include <utility>
 
+#include "actors/vector_pool.hpp"
 #include "common/flat_map.hpp"
 #include "common/hash.hpp"
 #include "model/reader.hpp"
@@ -144,10 +145,10 @@ struct worker_state {
   // The pipeline.
   batch_ring ahead;  // read and prefetched, not yet trained
   // Key vectors for outgoing messages (prefetches, pushes): the push
-  // acknowledgements' version vectors, which arrive one per push, refill it.
-  std::vector<std::vector<uint64_t>> key_pool;
+  // acknowledgements' version and spare key vectors refill it.
+  vector_pool<uint64_t, 8> key_pool;
   // Gradient vectors for pushes; the acknowledgements bring them back.
-  std::vector<std::vector<float>> grad_pool;
+  vector_pool<float, 8> grad_pool;
   // Per route, the last lookup reply's record buffer: the next push to that
   // cache tier takes it back (push_request::spare_records).
   std::vector<std::vector<uint8_t>> used_records;
@@ -192,36 +193,10 @@ void fail(worker_pointer self, caf::error err) {
   }
 }
 
-// The pool's largest vector (empty, its capacity kept), else a new one:
-// pooled vectors come back from the cache in several sizes, and a slot's
-// route keys grow to a whole batch's distinct keys.
-std::vector<uint64_t> take_keys(worker_state& st) {
-  if (st.key_pool.empty()) return {};
-  auto largest = std::max_element(st.key_pool.begin(), st.key_pool.end(),
-                                  [](const auto& a, const auto& b) {
-                                    return a.capacity() < b.capacity();
-                                  });
-  auto v = std::move(*largest);
-  *largest = std::move(st.key_pool.back());
-  st.key_pool.pop_back();
-  v.clear();
-  return v;
-}
-
-void give_keys(worker_state& st, std::vector<uint64_t>&& v) {
-  if (v.capacity() != 0 && st.key_pool.size() < 8) st.key_pool.push_back(std::move(v));
-}
-
-std::vector<float> take_grads(worker_state& st) {
-  if (st.grad_pool.empty()) return {};
-  auto v = std::move(st.grad_pool.back());
-  st.grad_pool.pop_back();
-  return v;
-}
-
-void give_grads(worker_state& st, std::vector<float>&& v) {
-  if (v.capacity() != 0 && st.grad_pool.size() < 8) st.grad_pool.push_back(std::move(v));
-}
+// The pool's largest key vector (empty, its capacity kept), else a new
+// one: pooled vectors come back from the cache in several sizes, and a
+// slot's route keys grow to a whole batch's distinct keys.
+std::vector<uint64_t> take_keys(worker_state& st) { return st.key_pool.take(SIZE_MAX); }
 
 // Fills the ring's new back slot with `batch` and its routes.
 void make_pending(worker_state& st, pending_batch& p, model::batch batch) {
@@ -352,7 +327,7 @@ void train_head(worker_pointer self) {
     push.epoch = st.epoch;
     // The slot's key vector travels with the push; a pooled one replaces it.
     push.keys = std::exchange(head.route_keys[r], take_keys(st));
-    push.grads = take_grads(st);
+    push.grads = st.grad_pool.take(push.keys.size() * dim);
     push.grads.resize(push.keys.size() * dim);
     if (r < st.used_records.size()) push.spare_records = std::move(st.used_records[r]);
     auto& seen = st.seen;
@@ -372,10 +347,9 @@ void train_head(worker_pointer self) {
         .then(
             [self, seq](push_ack& ack) {
               auto& s = self->state;
-              give_keys(s, std::move(ack.versions));
-              give_keys(s, std::move(ack.spare_keys));
-              ack.grads.clear();
-              give_grads(s, std::move(ack.grads));
+              s.key_pool.give(std::move(ack.versions));
+              s.key_pool.give(std::move(ack.spare_keys));
+              s.grad_pool.give(std::move(ack.grads));
               uint32_t* missing = s.acks_missing.find(seq);
               if (missing == nullptr || --*missing > 0) return;
               s.acks_missing.erase(seq);

@@ -372,13 +372,8 @@ status serving_store::lookup(std::span<const uint64_t> keys, lookup_result& out)
   row_buffer fetched(s.layout);
   if (!s.misses.empty()) {
     STRATA_TRY(s.fetch_misses(keys, fetched));
-    for (size_t j = 0; j < s.misses.size(); ++j) {
-      const std::byte* r = s.found.data() + j * rb;
-      const size_t i = s.misses[j];
-      const uint64_t version = meta_of(r).version;
-      std::memcpy(versions + i * 8, &version, 8);
-      std::memcpy(weights + i * weight_bytes, weights_of(r), weight_bytes);
-    }
+    for (size_t j = 0; j < s.misses.size(); ++j)
+      copy_version_and_weights(s.found.data() + j * rb, dim, s.misses[j], versions, weights);
   }
   s.stats.cache_hits += hits;
   const bool async = s.hit_rate() >= s.config.async_insert_hit_rate;

@@ -2,10 +2,7 @@
 // own, then each hit's version and weights copied to their places.
 #include "tiers/cache_backend.hpp"
 
-#include <cstring>
-#include <memory>
 #include <string>
-#include <vector>
 
 namespace strata {
 
@@ -43,11 +40,13 @@ void cache_backend::query_weights(memory_span<const uint64_t> keys, memory_span<
   }
   const size_t n = keys.size();
   const size_t rb = layout().record_bytes();
-  const size_t weight_bytes = size_t{4} * layout().dim;
-  // Kept alive until the completion has run (it may run on another thread).
-  auto records = std::make_shared<std::vector<std::byte>>(n * rb);
-  query(keys, host_span(std::span<std::byte>(*records)), miss_indices, counts,
-        [records, n, rb, weight_bytes, versions, weights, miss_indices, &counts,
+  const uint32_t dim = layout().dim;
+  // The backend's own scratch (calls do not overlap), alive until the
+  // completion has run, which may be on another thread: no allocation per
+  // call once it has grown.
+  split_records_.resize(n * rb);
+  query(keys, host_span(std::span<std::byte>(split_records_)), miss_indices, counts,
+        [this, n, rb, dim, versions, weights, miss_indices, &counts,
          done = std::move(done)](status st) {
           if (st) {
             size_t m = 0;
@@ -56,10 +55,8 @@ void cache_backend::query_weights(memory_span<const uint64_t> keys, memory_span<
                 ++m;
                 continue;
               }
-              const std::byte* r = records->data() + i * rb;
-              const uint64_t version = meta_of(r).version;
-              std::memcpy(versions.data() + i * 8, &version, 8);
-              std::memcpy(weights.data() + i * weight_bytes, weights_of(r), weight_bytes);
+              copy_version_and_weights(split_records_.data() + i * rb, dim, i, versions.data(),
+                                       weights.data());
             }
           }
           if (done) done(std::move(st));

@@ -45,6 +45,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <vector>
 
 #include "common/error.hpp"
 #include "tiers/memory_span.hpp"
@@ -141,6 +142,9 @@ class cache_backend {
 
   // Drops every row (dirty ones included: call dump first).
   virtual void clear() = 0;
+
+ private:
+  std::vector<std::byte> split_records_;  // the default query_weights()'s records
 };
 
 // Checks query_weights()'s buffers (kinds and capacities); an error names

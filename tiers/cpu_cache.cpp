@@ -188,11 +188,8 @@ void cpu_cache::query_weights(memory_span<const uint64_t> keys, memory_span<std:
   if (auto ok = check_query_weights(*this, n, keys.kind(), versions, weights, miss_indices); !ok)
     return finish(std::move(ok));
   if (n > UINT32_MAX) return finish(bad_argument("query: batch larger than 2^32 keys"));
-  const size_t weight_bytes = size_t{4} * m.layout.dim;
   for_each_hit(m, keys, miss_indices, counts, [&](size_t i, const std::byte* record) {
-    const uint64_t version = meta_of(record).version;
-    std::memcpy(versions.data() + i * 8, &version, 8);
-    std::memcpy(weights.data() + i * weight_bytes, weights_of(record), weight_bytes);
+    copy_version_and_weights(record, m.layout.dim, i, versions.data(), weights.data());
   });
   finish({});
 }

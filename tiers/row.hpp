@@ -97,6 +97,15 @@ inline float* weights_of(std::byte* record) {
 inline const float* weights_of(const std::byte* record) {
   return reinterpret_cast<const float*>(record + sizeof(row_meta));
 }
+// What a reader sends of a record (a serving reply's row): its version to
+// versions[8 i] and its dim weights to weights[4 dim i], as bytes (places in
+// a payload, any alignment).
+inline void copy_version_and_weights(const std::byte* record, uint32_t dim, size_t i,
+                                     std::byte* versions, std::byte* weights) {
+  const uint64_t version = meta_of(record).version;
+  std::memcpy(versions + i * 8, &version, 8);
+  std::memcpy(weights + i * size_t{4} * dim, weights_of(record), size_t{4} * dim);
+}
 inline float* state_of(const row_layout& layout, std::byte* record) {
   return weights_of(record) + layout.dim;
 }
