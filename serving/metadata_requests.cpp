@@ -71,7 +71,6 @@ expected<std::vector<uint64_t>> serving_service::list_keys(const std::string& ta
   std::shared_lock tables(tables_mutex_);
   auto entry = find(table);
   if (!entry) return entry.err();
-  std::lock_guard lock((*entry)->mutex);
   std::vector<uint64_t> out;
   STRATA_TRY((*entry)->store->list_keys(limit, out));
   return out;

@@ -63,7 +63,6 @@ status serving_service::lookup(const std::string& table, std::span<const uint64_
   std::shared_lock tables(tables_mutex_);
   auto entry = find(table);
   if (!entry) return entry.err();
-  std::lock_guard lock((*entry)->mutex);
   auto ok = (*entry)->store->lookup(keys, out);
   if ((*entry)->store->has_pending()) (*entry)->pending = true;
   return ok;
@@ -77,7 +76,6 @@ status serving_service::prefetch(const std::string& table, std::span<const uint6
   std::shared_lock tables(tables_mutex_);
   auto entry = find(table);
   if (!entry) return entry.err();
-  std::lock_guard lock((*entry)->mutex);
   return (*entry)->store->prefetch(keys);
 }
 
@@ -95,7 +93,6 @@ void serving_service::finish_request() {
   std::shared_lock tables(tables_mutex_);
   for (auto& [name, entry] : tables_) {
     if (!entry->pending.load()) continue;
-    std::lock_guard lock(entry->mutex);
     entry->pending = false;
     if (entry->store->has_pending())
       (void)entry->store->insert_pending();  // a failed insert is only a miss later
@@ -108,7 +105,6 @@ status serving_service::apply_updates(const std::string& table, std::span<const 
   std::shared_lock tables(tables_mutex_);
   auto entry = find(table);
   if (!entry) return entry.err();
-  std::lock_guard lock((*entry)->mutex);
   auto ok = (*entry)->store->apply_updates(keys, weights, versions);
   (*entry)->pending = (*entry)->store->has_pending();  // updates insert the queued rows first
   return ok;
@@ -140,10 +136,7 @@ std::map<std::string, connection_stats> serving_service::server_stats() {
 std::map<std::string, serving_stats> serving_service::stats() {
   std::shared_lock tables(tables_mutex_);
   std::map<std::string, serving_stats> out;
-  for (auto& [name, entry] : tables_) {
-    std::lock_guard lock(entry->mutex);
-    out[name] = entry->store->stats();
-  }
+  for (auto& [name, entry] : tables_) out[name] = entry->store->stats();
   return out;
 }
 

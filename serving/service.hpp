@@ -2,12 +2,12 @@
 // serving_store of each served table, so the binary server's and the HTTP
 // server's connection threads and the update subscriber can call it
 // concurrently. Locking: the table map is read-mostly (a shared_mutex,
-// taken exclusively only by add_table); each store is a single-owner
-// object, so every call into one holds that table's own mutex, and only
-// for the store's work — a reply is checksummed and sent after it is
-// released (the reply is the caller's own buffer). Lookups of
-// different tables, reply_bytes()/dim_of() (the dim is kept beside the
-// store) and a finish_request() with nothing queued take no store lock.
+// taken exclusively only by add_table); each store locks itself
+// (serving_store.hpp: lookups the cache answers run side by side, the rest
+// holds the table exclusively), only for the store's work — a reply is
+// checksummed and sent after it (the reply is the caller's own buffer).
+// reply_bytes()/dim_of() (the dim is kept beside the store) and a
+// finish_request() with nothing queued take no store lock.
 // Asynchronous cache inserts queued by a lookup run on the calling thread
 // after the reply was sent (finish_request()).
 //
@@ -103,8 +103,7 @@ class serving_service : public lookup_service {
 
  private:
   struct table_entry {
-    std::unique_ptr<serving_store> store;
-    std::mutex mutex;  // held for every call into `store`
+    std::unique_ptr<serving_store> store;  // thread-safe
     uint32_t dim = 0;
     std::atomic<bool> pending{false};  // queued cache inserts (finish_request)
   };

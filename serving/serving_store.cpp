@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cstring>
 #include <fstream>
+#include <mutex>
 #include <optional>
 #include <queue>
+#include <shared_mutex>
 #include <unordered_map>
 
 #include "actors/checkpoint.hpp"
@@ -114,13 +116,20 @@ struct serving_store::impl {
   std::unique_ptr<cache_backend> cache;
   std::unique_ptr<dram_tier> dram;
   std::unique_ptr<lmdb_tier> lmdb;
+  // Locking (serving_store.hpp): a lookup the cache answers alone holds
+  // `mutex` shared when the backend allows concurrent queries; everything
+  // else holds it exclusively. `stats` and the hit-rate window are written
+  // by shared holders too, so those writes also hold stats_mutex; writes
+  // under the exclusive lock need not.
+  mutable std::shared_mutex mutex;
+  mutable std::mutex stats_mutex;
   serving_stats stats;
   // Hit rate over the last window: the previous full window and the current one.
   uint64_t window_hits = 0, window_keys = 0;
   double last_rate = 0.0;
   // Rows queued for an asynchronous cache insert.
   row_buffer pending;
-  // Scratch buffers reused across calls.
+  // Scratch buffers reused across calls (exclusive lock).
   std::vector<std::byte> records;
   std::vector<uint32_t> misses;
   std::vector<std::byte> found;  // fetch_misses()'s rows
@@ -176,7 +185,7 @@ struct serving_store::impl {
     cache_hits = counts.hits;
     misses.resize(counts.misses);
     if (misses.empty()) return {};
-    STRATA_TRY(fetch_misses(keys, fetched));
+    STRATA_TRY(fetch_misses(keys, misses, fetched));
     for (size_t j = 0; j < misses.size(); ++j)
       std::memcpy(out + size_t{misses[j]} * rb, found.data() + j * rb, rb);
     return {};
@@ -186,7 +195,8 @@ struct serving_store::impl {
   // DRAM, then LMDB (promoted to DRAM), else the default row, into `found`
   // (one record per miss, in order); those found below the cache (not
   // defaults) are appended to `fetched`.
-  status fetch_misses(std::span<const uint64_t> keys, row_buffer& fetched) {
+  status fetch_misses(std::span<const uint64_t> keys, std::span<const uint32_t> misses,
+                      row_buffer& fetched) {
     const size_t rb = record_bytes();
     std::vector<uint64_t> miss_keys(misses.size());
     for (size_t j = 0; j < misses.size(); ++j) miss_keys[j] = keys[misses[j]];
@@ -224,6 +234,23 @@ struct serving_store::impl {
     for (size_t j = 0; j < miss_keys.size(); ++j)
       if (!is_default[j]) fetched.append(miss_keys[j], found.data() + j * rb);
     return {};
+  }
+
+  status prefetch(std::span<const uint64_t> keys) {
+    if (keys.empty()) return {};
+    records.resize(keys.size() * record_bytes());
+    row_buffer fetched(layout);
+    uint64_t hits = 0;
+    STRATA_TRY(fetch(keys, records.data(), fetched, hits));
+    if (!fetched.empty()) STRATA_TRY(cache_insert(fetched.keys(), fetched.record(0)));
+    return {};
+  }
+
+  status insert_pending() {
+    if (pending.empty()) return {};
+    auto result = cache_insert(pending.keys(), pending.record(0));
+    pending.clear();
+    return result;
   }
 };
 
@@ -266,12 +293,24 @@ expected<std::unique_ptr<serving_store>> serving_store::open(serving_store_confi
 
 const std::string& serving_store::table() const { return impl_->config.table; }
 uint32_t serving_store::dim() const { return impl_->layout.dim; }
-const serving_stats& serving_store::stats() const { return impl_->stats; }
-double serving_store::recent_hit_rate() const { return impl_->hit_rate(); }
-bool serving_store::has_pending() const { return !impl_->pending.empty(); }
+serving_stats serving_store::stats() const {
+  std::shared_lock lock(impl_->mutex);
+  std::lock_guard counters(impl_->stats_mutex);
+  return impl_->stats;
+}
+double serving_store::recent_hit_rate() const {
+  std::shared_lock lock(impl_->mutex);
+  std::lock_guard counters(impl_->stats_mutex);
+  return impl_->hit_rate();
+}
+bool serving_store::has_pending() const {
+  std::shared_lock lock(impl_->mutex);
+  return !impl_->pending.empty();
+}
 
 status serving_store::load_checkpoint(const fs::path& dir) {
   auto& s = *impl_;
+  std::unique_lock lock(s.mutex);
   auto meta = actors::read_checkpoint_meta(dir);
   if (!meta) return meta.err();
   const std::string where = (dir / actors::checkpoint_meta_name).string();
@@ -323,7 +362,7 @@ status serving_store::load_checkpoint(const fs::path& dir) {
       keys.push_back(top.top().second);
       top.pop();
     }
-    STRATA_TRY(prefetch(keys));
+    STRATA_TRY(s.prefetch(keys));
     s.stats.warmed_rows = keys.size();
   }
   return {};
@@ -334,8 +373,6 @@ status serving_store::lookup(std::span<const uint64_t> keys, lookup_result& out)
   const size_t n = keys.size();
   const uint32_t dim = s.layout.dim;
   const size_t rb = s.record_bytes();
-  ++s.stats.lookups;
-  s.stats.keys += n;
   out.dim = dim;
   // Where each row's version and weights go: the caller's vectors, or
   // (encoded) their places in the rows payload.
@@ -355,29 +392,51 @@ status serving_store::lookup(std::span<const uint64_t> keys, lookup_result& out)
     versions = reinterpret_cast<std::byte*>(out.versions.data());
     weights = reinterpret_cast<std::byte*>(out.weights.data());
   }
-  if (n == 0) return {};
+  // The cache's part runs under a shared lock where the backend allows
+  // concurrent queries: lookups that hit (a warm cache's common case) run
+  // side by side. Misses need DRAM, LMDB and cache inserts: exclusive.
+  const bool concurrent = s.cache->concurrent_queries();
+  std::shared_lock reader(s.mutex, std::defer_lock);
+  std::unique_lock writer(s.mutex, std::defer_lock);
+  if (concurrent)
+    reader.lock();
+  else
+    writer.lock();
   // The cache writes each hit's version and weights straight to their
   // places in the result; the misses' rows (DRAM, LMDB, defaults) come as
   // records, whose version and weights are copied there.
-  const size_t weight_bytes = size_t{4} * dim;
-  s.misses.resize(n);
+  thread_local std::vector<uint32_t> misses;  // this call's (no allocation in steady state)
+  misses.resize(n);
   cache_counts counts;
-  STRATA_TRY(run_cache_call([&](cache_completion done) {
-    s.cache->query_weights(host_span(keys), host_span(std::span<std::byte>(versions, n * 8)),
-                           host_span(std::span<std::byte>(weights, n * weight_bytes)),
-                           host_span(std::span<uint32_t>(s.misses)), counts, std::move(done));
-  }));
-  const uint64_t hits = counts.hits;
-  s.misses.resize(counts.misses);
-  row_buffer fetched(s.layout);
-  if (!s.misses.empty()) {
-    STRATA_TRY(s.fetch_misses(keys, fetched));
-    for (size_t j = 0; j < s.misses.size(); ++j)
-      copy_version_and_weights(s.found.data() + j * rb, dim, s.misses[j], versions, weights);
+  if (n > 0) {
+    const size_t weight_bytes = size_t{4} * dim;
+    STRATA_TRY(run_cache_call([&](cache_completion done) {
+      s.cache->query_weights(host_span(keys), host_span(std::span<std::byte>(versions, n * 8)),
+                             host_span(std::span<std::byte>(weights, n * weight_bytes)),
+                             host_span(std::span<uint32_t>(misses)), counts, std::move(done));
+    }));
   }
-  s.stats.cache_hits += hits;
-  const bool async = s.hit_rate() >= s.config.async_insert_hit_rate;
-  s.count(hits, n);
+  misses.resize(counts.misses);
+  bool async;
+  {
+    std::lock_guard counters(s.stats_mutex);
+    ++s.stats.lookups;
+    s.stats.keys += n;
+    s.stats.cache_hits += counts.hits;
+    async = s.hit_rate() >= s.config.async_insert_hit_rate;
+    if (n > 0) s.count(counts.hits, n);
+  }
+  if (misses.empty()) return {};
+  if (concurrent) {
+    // Between the two locks an update may land; the misses are then read
+    // from DRAM and LMDB, which it wrote through, so they are no older.
+    reader.unlock();
+    writer.lock();
+  }
+  row_buffer fetched(s.layout);
+  STRATA_TRY(s.fetch_misses(keys, misses, fetched));
+  for (size_t j = 0; j < misses.size(); ++j)
+    copy_version_and_weights(s.found.data() + j * rb, dim, misses[j], versions, weights);
   if (!fetched.empty()) {
     if (async) {
       for (size_t i = 0; i < fetched.size(); ++i)
@@ -392,30 +451,23 @@ status serving_store::lookup(std::span<const uint64_t> keys, lookup_result& out)
 }
 
 status serving_store::prefetch(std::span<const uint64_t> keys) {
-  auto& s = *impl_;
-  if (keys.empty()) return {};
-  s.records.resize(keys.size() * s.record_bytes());
-  row_buffer fetched(s.layout);
-  uint64_t hits = 0;
-  STRATA_TRY(s.fetch(keys, s.records.data(), fetched, hits));
-  if (!fetched.empty()) STRATA_TRY(s.cache_insert(fetched.keys(), fetched.record(0)));
-  return {};
+  std::unique_lock lock(impl_->mutex);
+  return impl_->prefetch(keys);
 }
 
 status serving_store::insert_pending() {
-  auto& s = *impl_;
-  if (s.pending.empty()) return {};
-  auto result = s.cache_insert(s.pending.keys(), s.pending.record(0));
-  s.pending.clear();
-  return result;
+  std::unique_lock lock(impl_->mutex);
+  return impl_->insert_pending();
 }
 
 status serving_store::list_keys(uint32_t limit, std::vector<uint64_t>& out) {
+  std::unique_lock lock(impl_->mutex);
   return first_keys(*impl_->lmdb, impl_->config.partitions, limit, out);
 }
 
 expected<uint64_t> serving_store::version_of(uint64_t key) {
   auto& s = *impl_;
+  std::unique_lock lock(s.mutex);
   std::vector<std::byte> record(s.record_bytes());
   std::vector<uint32_t> misses;
   const uint64_t keys[] = {key};
@@ -435,8 +487,9 @@ status serving_store::apply_updates(std::span<const uint64_t> keys, std::span<co
                                              std::to_string(versions.size()) + " versions (dim " +
                                              std::to_string(dim) + ")");
   if (keys.empty()) return {};
+  std::unique_lock lock(s.mutex);
   // A queued (older) row must not land in the cache after a newer update.
-  STRATA_TRY(insert_pending());
+  STRATA_TRY(s.insert_pending());
   // Within the batch, the highest version of each key wins.
   std::unordered_map<uint64_t, size_t> best;
   best.reserve(keys.size());

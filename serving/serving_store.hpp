@@ -28,8 +28,11 @@
 // resident (queued cache inserts are done first, so an older queued row
 // can never land over a newer update).
 //
-// Owned by one thread at a time (serving_service holds a lock per store
-// around every call); not thread-safe.
+// Thread-safe. Lookups run concurrently as far as the cache answers them
+// (a backend with concurrent_queries(): the CPU one), under a shared lock;
+// a lookup's misses (DRAM, LMDB, cache inserts) and every other call hold
+// the store exclusively. A lookup is consistent per row, not across its
+// rows: an update may land between its hits and its misses.
 #pragma once
 
 #include <cstdint>
@@ -157,7 +160,7 @@ class serving_store {
   // The version stored for `key` (0 if absent).
   expected<uint64_t> version_of(uint64_t key);
   double recent_hit_rate() const;
-  const serving_stats& stats() const;
+  serving_stats stats() const;  // a copy
 
  private:
   struct impl;

@@ -40,7 +40,10 @@
 // layout().record_bytes().
 //
 // A cache instance is owned by one cache-tier actor; calls must not overlap
-// unless a backend says otherwise.
+// unless a backend says otherwise: one whose concurrent_queries() holds
+// lets query() and query_weights() calls overlap each other (never any
+// other call). Overlapping queries each advance the tick; the slots two of
+// them both hit keep either one's tick.
 #pragma once
 
 #include <cstdint>
@@ -80,6 +83,10 @@ class cache_backend {
   virtual const row_layout& layout() const = 0;
   virtual const cache_geometry& geometry() const = 0;
   virtual size_t size() const = 0;  // resident rows
+  // True if query() and query_weights() may run concurrently with each
+  // other (several serving threads reading one table); every other call
+  // still needs the cache to itself.
+  virtual bool concurrent_queries() const { return false; }
 
   // For each key: on a hit, copies its record to rows[i] (stride
   // record_bytes); on a miss, appends i to miss_indices (ascending order).

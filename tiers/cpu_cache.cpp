@@ -1,6 +1,7 @@
 #include "tiers/cpu_cache.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -132,12 +133,16 @@ namespace {
 // A query's lookup (query and query_weights): advances the tick, stamps
 // each hit's slot and hands on_hit(position, record) its record; a miss's
 // position goes to miss_indices. A query changes nothing but the touched
-// slots' tick, which is the same for the whole batch: unlike insert and
+// slots' tick, which is the same for the whole batch (queries may overlap
+// each other: the tick and the stamps are atomic): unlike insert and
 // update it needs no set/key ordering, so keys are served in batch order.
 template <class Impl, class OnHit>  // Impl: cpu_cache::impl (private, so deduced)
 void for_each_hit(Impl& m, memory_span<const uint64_t> keys,
                   memory_span<uint32_t> miss_indices, cache_counts& counts, OnHit on_hit) {
-  ++m.tick;
+  // Atomic (relaxed): queries may overlap (concurrent_queries()); on x86
+  // the stamp is a plain store.
+  const uint64_t tick =
+      std::atomic_ref<uint64_t>(m.tick).fetch_add(1, std::memory_order_relaxed) + 1;
   for (size_t i = 0; i < keys.size(); ++i) {
     const uint64_t key = keys.data()[i];
     const ptrdiff_t slot = m.find(cache_set_of(key, m.geometry.sets), key);
@@ -145,7 +150,8 @@ void for_each_hit(Impl& m, memory_span<const uint64_t> keys,
       miss_indices.data()[counts.misses++] = static_cast<uint32_t>(i);
       continue;
     }
-    m.ticks[slot] = m.tick;
+    std::atomic_ref<uint64_t>(m.ticks[static_cast<size_t>(slot)])
+        .store(tick, std::memory_order_relaxed);
     on_hit(i, m.record(static_cast<size_t>(slot)));
     ++counts.hits;
   }

@@ -3,7 +3,9 @@
 // CUDA backend is tested against. Host memory only; completes at once.
 //
 // Storage: per set, slabs_per_set x 32 slots of (key, tick, flags) metadata
-// and a packed record arena. Owned by one cache-tier actor; not thread-safe.
+// and a packed record arena. Owned by one cache-tier actor or a serving
+// store; queries may overlap each other (concurrent_queries()), nothing else
+// may overlap.
 #pragma once
 
 #include <memory>
@@ -21,6 +23,8 @@ class cpu_cache final : public cache_backend {
   const row_layout& layout() const override;
   const cache_geometry& geometry() const override;
   size_t size() const override;
+  // A query reads slots and stamps their ticks atomically.
+  bool concurrent_queries() const override { return true; }
 
   void query(memory_span<const uint64_t> keys, memory_span<std::byte> rows,
              memory_span<uint32_t> miss_indices, cache_counts& counts,

@@ -63,7 +63,7 @@ esac
 # The actor, transport and serving tests run under TSan, and what they start.
 tsan_tests=(storage_actors_test training_actors_test checkpoint_test scaling_test
             checkpoint_durability_test checkpoint_fault_test
-            frame_test bridge_test cluster_test serving_store_test serving_server_test
+            frame_test bridge_test cluster_test serving_store_test serving_server_test serving_reply_test
             gateway_test gateway_partial_push_test serving_e2e_test
             update_stream_test update_stream_auth_test)
 tsan_binaries=(strata transport_node strata_client_py)

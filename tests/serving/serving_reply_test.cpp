@@ -1,12 +1,16 @@
 // A serving node's lookup replies as they leave the server: the rows frame
 // of a binary lookup is byte for byte the rows the store holds, whichever
 // tier (cache, DRAM, LMDB, none: the default row) each key came from, now
-// that the store writes each row straight into the reply's payload; and
+// that the store writes each row straight into the reply's payload;
 // lookups running while updates are applied, over the service and over
-// TCP, only ever see whole rows of one version.
+// TCP, only ever see whole rows of one version; and lookups of one table
+// that the cache answers run side by side, never beside another call into
+// the cache, and never at all with a backend that does not allow it.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <random>
 #include <thread>
@@ -194,6 +198,194 @@ TEST(ServingConcurrency, LookupsDuringUpdatesNeverSeeATornRow) {
   }
   server.stop();
 }
+
+// A cpu_cache that watches its callers: how many calls are inside at once
+// (queries and the rest apart), and optionally holds a query until a
+// second one is inside too (or a deadline passes), so a test sees whether
+// two lookups of one table can overlap at all.
+class watched_cache final : public cache_backend {
+ public:
+  watched_cache(const row_layout& layout, cache_geometry geometry, bool concurrent)
+      : inner_(layout, geometry), concurrent_(concurrent) {}
+
+  std::atomic<int> queries_inside{0};
+  std::atomic<int> most_queries_inside{0};
+  std::atomic<int> overlaps_with_others{0};  // a non-query call beside any other call
+  std::atomic<bool> hold_queries{false};
+  std::atomic<bool> pair_reached{false};
+
+  memory_kind memory() const override { return inner_.memory(); }
+  const row_layout& layout() const override { return inner_.layout(); }
+  const cache_geometry& geometry() const override { return inner_.geometry(); }
+  size_t size() const override { return inner_.size(); }
+  bool concurrent_queries() const override { return concurrent_; }
+
+  void query(memory_span<const uint64_t> keys, memory_span<std::byte> rows,
+             memory_span<uint32_t> miss_indices, cache_counts& counts,
+             cache_completion done) override {
+    as_query([&] { inner_.query(keys, rows, miss_indices, counts, std::move(done)); });
+  }
+  void query_weights(memory_span<const uint64_t> keys, memory_span<std::byte> versions,
+                     memory_span<std::byte> weights, memory_span<uint32_t> miss_indices,
+                     cache_counts& counts, cache_completion done) override {
+    as_query([&] {
+      inner_.query_weights(keys, versions, weights, miss_indices, counts, std::move(done));
+    });
+  }
+  void insert(memory_span<const uint64_t> keys, memory_span<const std::byte> rows, bool dirty,
+              memory_span<uint64_t> evicted_keys, memory_span<std::byte> evicted_rows,
+              cache_counts& counts, cache_completion done) override {
+    alone([&] {
+      inner_.insert(keys, rows, dirty, evicted_keys, evicted_rows, counts, std::move(done));
+    });
+  }
+  void update(memory_span<const uint64_t> keys, memory_span<const float> grads,
+              const optimizer_config& optimizer, memory_span<uint32_t> miss_indices,
+              cache_counts& counts, cache_completion done) override {
+    alone([&] { inner_.update(keys, grads, optimizer, miss_indices, counts, std::move(done)); });
+  }
+  void dump(memory_span<uint64_t> keys_out, memory_span<std::byte> rows_out, bool include_clean,
+            bool clear_dirty, cache_counts& counts, cache_completion done) override {
+    alone([&] {
+      inner_.dump(keys_out, rows_out, include_clean, clear_dirty, counts, std::move(done));
+    });
+  }
+  void clear() override {
+    alone([&] { inner_.clear(); });
+  }
+
+ private:
+  template <class Fn>
+  void as_query(Fn&& fn) {
+    ++calls_inside_;
+    const int now = ++queries_inside;
+    int most = most_queries_inside.load();
+    while (now > most && !most_queries_inside.compare_exchange_weak(most, now)) {
+    }
+    if (now >= 2) pair_reached = true;
+    if (hold_queries) {
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+      while (!pair_reached && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::yield();
+    }
+    fn();
+    --queries_inside;
+    --calls_inside_;
+  }
+  template <class Fn>
+  void alone(Fn&& fn) {
+    if (++calls_inside_ != 1) ++overlaps_with_others;
+    fn();
+    --calls_inside_;
+  }
+
+  cpu_cache inner_;
+  bool concurrent_;
+  std::atomic<int> calls_inside_{0};
+};
+
+struct watched_store {
+  testing::temp_dir dir;
+  watched_cache* cache = nullptr;
+  serving_service service{{4096}};
+  std::vector<uint64_t> keys;
+  static constexpr uint32_t dim = 16;
+
+  // `rows` keys written by an update; the cache holds `cache_rows` of them.
+  watched_store(bool concurrent, uint64_t rows, uint32_t cache_sets) {
+    serving_store_config c;
+    c.table = "ads";
+    c.dim = dim;
+    c.partitions = 64;
+    c.lmdb_path = dir.path() / "serving";
+    const row_layout layout{dim, optimizer_kind::sgd, false};
+    auto owned = std::make_unique<watched_cache>(layout, cache_geometry{cache_sets, 1}, concurrent);
+    cache = owned.get();
+    auto store = serving_store::open(c, std::move(owned));
+    if (!store) throw std::runtime_error(store.err().to_string());
+    service.add_table(std::move(*store));
+    keys.resize(rows);
+    for (uint64_t i = 0; i < rows; ++i) keys[i] = 1 + i;
+    std::vector<float> weights(rows * dim);
+    for (uint64_t i = 0; i < rows; ++i)
+      std::fill_n(weights.begin() + i * dim, dim, value_of(keys[i], 1));
+    auto ok = service.apply_updates("ads", keys, weights, std::vector<uint64_t>(rows, 1));
+    if (!ok) throw std::runtime_error(ok.err().to_string());
+  }
+};
+
+// Two lookups that the cache answers in full are inside the cache at the
+// same time: each holds its query until the other's is inside too. With
+// the store locked around whole lookups (before), the second waited for
+// the first, the pair was never reached, and each waited out the 5 s.
+TEST(ServingConcurrency, LookupsThatHitRunSideBySide) {
+  watched_store t(true, 64, 8);  // 256 slots: every key stays resident
+  lookup_result warm;
+  ASSERT_TRUE(t.service.lookup("ads", t.keys, warm).has_value());  // fetched and inserted
+  t.cache->hold_queries = true;
+  std::vector<std::thread> readers;
+  std::atomic<int> wrong{0};
+  for (int r = 0; r < 2; ++r)
+    readers.emplace_back([&, r] {
+      lookup_result rows;
+      rows.encoded = r == 0;
+      if (!t.service.lookup("ads", t.keys, rows)) ++wrong;
+      for (size_t i = 0; i < t.keys.size(); ++i)
+        if (rows.version(i) != 1 || first_torn(rows.row_weights(i), t.dim, t.keys[i], 1) != t.dim)
+          ++wrong;
+    });
+  for (auto& th : readers) th.join();
+  EXPECT_TRUE(t.cache->pair_reached.load());
+  EXPECT_EQ(t.cache->most_queries_inside.load(), 2);
+  EXPECT_EQ(wrong.load(), 0);
+  const auto stats = t.service.stats().at("ads");
+  EXPECT_EQ(stats.lookups, 3u);
+  EXPECT_EQ(stats.cache_hits, 2 * t.keys.size());
+}
+
+// Lookups with misses (inserting into the cache), updates and queued
+// inserts from several threads: no insert, update or dump ever runs beside
+// another call into the cache; a backend that does not allow concurrent
+// queries (the CUDA one) never sees two calls at once; every row read is
+// whole and of a version that was written.
+void hammer(bool concurrent) {
+  watched_store t(concurrent, 300, 2);  // 64 slots for 300 keys: most lookups miss
+  std::atomic<bool> done{false};
+  std::atomic<uint64_t> rows_read{0}, bad{0};
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 3; ++r)
+    threads.emplace_back([&, r] {
+      std::mt19937_64 rng(r);
+      lookup_result rows;
+      rows.encoded = r % 2 == 0;
+      for (int round = 0; !done || round < 100; ++round) {
+        std::vector<uint64_t> asked(1 + rng() % 48);
+        for (auto& k : asked) k = t.keys[rng() % (round % 3 == 0 ? t.keys.size() : 40)];
+        if (!t.service.lookup("ads", asked, rows)) ++bad;
+        t.service.finish_request();
+        for (size_t i = 0; i < asked.size(); ++i, ++rows_read)
+          if (rows.version(i) == 0 ||
+              first_torn(rows.row_weights(i), t.dim, asked[i], rows.version(i)) != t.dim)
+            ++bad;
+      }
+    });
+  for (uint64_t v = 2; v <= 60; ++v) {
+    std::vector<float> weights(t.keys.size() * t.dim);
+    for (size_t i = 0; i < t.keys.size(); ++i)
+      std::fill_n(weights.begin() + i * t.dim, t.dim, value_of(t.keys[i], v));
+    if (!t.service.apply_updates("ads", t.keys, weights, std::vector<uint64_t>(t.keys.size(), v)))
+      ++bad;
+  }
+  done = true;
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(bad.load(), 0u) << "of " << rows_read.load() << " rows read";
+  EXPECT_GT(rows_read.load(), 0u);
+  EXPECT_EQ(t.cache->overlaps_with_others.load(), 0);
+  if (!concurrent) EXPECT_EQ(t.cache->most_queries_inside.load(), 1);
+}
+
+TEST(ServingConcurrency, ConcurrentQueriesNeverOverlapAnotherCacheCall) { hammer(true); }
+TEST(ServingConcurrency, ABackendWithoutConcurrentQueriesIsCalledOneAtATime) { hammer(false); }
 
 }  // namespace
 }  // namespace strata::serving
