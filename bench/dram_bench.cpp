@@ -13,6 +13,10 @@
 // generation is not. Keys are splitmix64(i), so the tier hashes real 64-bit
 // keys while the flat array is indexed by i directly.
 //
+// The embedding cache's lookup (cpu_cache::query_weights, what a serving
+// lookup runs for its hits) is measured the same way against raw_gather:
+// `cache_query_dim64`, the cache twice the rows' size, every key resident.
+//
 // Each structure is built, measured and freed before the next one, so the
 // peak memory is one structure (~6 GB at the full sizes).
 #include <sys/mman.h>
@@ -31,6 +35,7 @@
 #include <vector>
 
 #include "bench/report.hpp"
+#include "tiers/cpu_cache.hpp"
 #include "tiers/dram_tier.hpp"
 #include "tiers/optimizer.hpp"
 
@@ -332,6 +337,64 @@ void bench_bytes_multi(uint64_t n, bench_report& report) {
 
 }  // namespace
 
+// --- the embedding cache's lookup (serving's hit path) ------------------------------
+void bench_cache_query(uint32_t dim, uint64_t n, double seconds, bench_report& report) {
+  const row_layout layout{dim, optimizer_kind::sgd, false};  // the serving layout
+  const std::string name = "cache_query_dim" + std::to_string(dim);
+  std::vector<float> out_floats(batch_size * dim);
+  double raw = 0;
+  {
+    progress("building flat array, dim " + std::to_string(dim) + ", " + std::to_string(n) +
+             " rows (cache baseline)");
+    auto flat = build_flat(n, dim);
+    batch_source batches(n, false, 3);
+    raw = rows_per_second(batches, seconds, [&](const batch_source& b) {
+      const auto& idx = b.indices();
+      const float* base = flat->data();
+      for (size_t i = 0; i < idx.size(); ++i)
+        std::memcpy(out_floats.data() + i * dim, base + idx[i] * dim, sizeof(float) * dim);
+    });
+  }
+  progress("building cpu_cache, dim " + std::to_string(dim));
+  const uint32_t sets = static_cast<uint32_t>(std::max<uint64_t>(1, n * 2 / 32));
+  cpu_cache cache(layout, cache_geometry{sets, 1});
+  {
+    row_buffer rows(layout);
+    std::vector<uint64_t> evicted_keys(batch_size);
+    std::vector<std::byte> evicted(batch_size * layout.record_bytes());
+    for (uint64_t base = 0; base < n; base += batch_size) {
+      rows.clear();
+      for (uint64_t i = base; i < std::min<uint64_t>(n, base + batch_size); ++i) {
+        std::byte* rec = rows.append(key_of(i));
+        meta_of(rec) = row_meta{1, 0, 0};
+        for (uint32_t j = 0; j < dim; ++j) weights_of(rec)[j] = initial_value(i, j);
+      }
+      cache_counts counts;
+      const std::span<const std::byte> records(rows.record(0), rows.size() * layout.record_bytes());
+      cache.insert(host_span(rows.keys()), host_span(records), false,
+                   host_span(std::span<uint64_t>(evicted_keys)),
+                   host_span(std::span<std::byte>(evicted)), counts, {});
+    }
+  }
+  std::vector<std::byte> versions(batch_size * 8), weights(batch_size * size_t{4} * dim);
+  std::vector<uint32_t> misses(batch_size);
+  uint64_t hits = 0, asked = 0;
+  batch_source batches(n, false, 3);
+  const double rate = rows_per_second(batches, seconds, [&](const batch_source& b) {
+    cache_counts counts;
+    cache.query_weights(host_span(std::span<const uint64_t>(b.keys())),
+                        host_span(std::span<std::byte>(versions)),
+                        host_span(std::span<std::byte>(weights)),
+                        host_span(std::span<uint32_t>(misses)), counts, {});
+    hits += counts.hits;
+    asked += b.keys().size();
+  });
+  if (hits < asked * 99 / 100)
+    throw std::runtime_error("cache bench: only " + std::to_string(hits) + " of " +
+                             std::to_string(asked) + " keys hit");
+  report.add({name, rate, "rows/s", "raw_gather", raw});
+}
+
 void run_dram_bench(const tiers_bench_options& options, bench_report& report) {
   const bench_sizes sizes =
       options.small ? bench_sizes{50000, 50000, 0.2} : bench_sizes{10000000, 4000000, 1.5};
@@ -339,6 +402,7 @@ void run_dram_bench(const tiers_bench_options& options, bench_report& report) {
   bench_lookup(64, sizes.keys_small_dims, sizes.seconds, report);
   bench_lookup(128, sizes.keys_dim128, sizes.seconds, report);
   bench_push(64, sizes.keys_small_dims, sizes.seconds, report);
+  bench_cache_query(64, sizes.keys_small_dims / 5, sizes.seconds, report);
   bench_bytes_multi(sizes.keys_small_dims, report);
 }
 

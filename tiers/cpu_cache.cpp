@@ -87,7 +87,10 @@ struct cpu_cache::impl {
 
   // Absolute slot index of `key` in `set`, or -1.
   ptrdiff_t find(uint32_t set, uint64_t key) const {
-    const size_t base = size_t{set} * set_slots;
+    return find_from(size_t{set} * set_slots, key);
+  }
+  // The same, given the set's first slot.
+  ptrdiff_t find_from(size_t base, uint64_t key) const {
     for (size_t s = base; s < base + set_slots; ++s)
       if ((flags[s] & slot_valid) && keys[s] == key) return static_cast<ptrdiff_t>(s);
     return -1;
@@ -143,17 +146,44 @@ void for_each_hit(Impl& m, memory_span<const uint64_t> keys,
   // the stamp is a plain store.
   const uint64_t tick =
       std::atomic_ref<uint64_t>(m.tick).fetch_add(1, std::memory_order_relaxed) + 1;
-  for (size_t i = 0; i < keys.size(); ++i) {
-    const uint64_t key = keys.data()[i];
-    const ptrdiff_t slot = m.find(cache_set_of(key, m.geometry.sets), key);
-    if (slot < 0) {
-      miss_indices.data()[counts.misses++] = static_cast<uint32_t>(i);
-      continue;
+  // Rows of a large cache are DRAM misses: a row costs one memory latency
+  // for its set's keys and another for its record. Keys go in blocks: the
+  // block's set metadata is prefetched, then its slots found and their
+  // records prefetched, then the hits handed on in batch order, so a
+  // block's loads overlap instead of following each other.
+  constexpr size_t block = 16;
+  const size_t n = keys.size();
+  const size_t line = 64;
+  ptrdiff_t slots[block];
+  for (size_t first = 0; first < n; first += block) {
+    const size_t count = std::min(block, n - first);
+    const uint64_t* batch = keys.data() + first;
+    for (size_t j = 0; j < count; ++j) {
+      const size_t base = size_t{cache_set_of(batch[j], m.geometry.sets)} * m.set_slots;
+      slots[j] = static_cast<ptrdiff_t>(base);
+      const auto* set_keys = reinterpret_cast<const char*>(m.keys.data() + base);
+      for (size_t b = 0; b < m.set_slots * sizeof(uint64_t); b += line)
+        __builtin_prefetch(set_keys + b);
+      __builtin_prefetch(m.flags.data() + base);
     }
-    std::atomic_ref<uint64_t>(m.ticks[static_cast<size_t>(slot)])
-        .store(tick, std::memory_order_relaxed);
-    on_hit(i, m.record(static_cast<size_t>(slot)));
-    ++counts.hits;
+    for (size_t j = 0; j < count; ++j) {
+      slots[j] = m.find_from(static_cast<size_t>(slots[j]), batch[j]);
+      if (slots[j] < 0) continue;
+      const auto* record = reinterpret_cast<const char*>(m.record(static_cast<size_t>(slots[j])));
+      for (size_t b = 0; b < m.record_bytes; b += line) __builtin_prefetch(record + b);
+      __builtin_prefetch(record + m.record_bytes - 1);  // a record may straddle one more line
+    }
+    for (size_t j = 0; j < count; ++j) {
+      const size_t i = first + j;
+      if (slots[j] < 0) {
+        miss_indices.data()[counts.misses++] = static_cast<uint32_t>(i);
+        continue;
+      }
+      const auto slot = static_cast<size_t>(slots[j]);
+      std::atomic_ref<uint64_t>(m.ticks[slot]).store(tick, std::memory_order_relaxed);
+      on_hit(i, m.record(slot));
+      ++counts.hits;
+    }
   }
 }
 
