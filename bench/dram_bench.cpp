@@ -197,6 +197,21 @@ std::unique_ptr<dram_tier> build_tier(uint64_t n, const row_layout& layout) {
 }
 
 // --- lookup ----------------------------------------------------------------------
+// The raw_gather baseline of a lookup: rows of `dim` floats gathered by
+// index from a flat array of n rows (batches of seed `seed`).
+double raw_gather_rows_per_s(uint32_t dim, uint64_t n, double seconds, uint64_t seed) {
+  progress("building flat array, dim " + std::to_string(dim) + ", " + std::to_string(n) + " rows");
+  auto flat = build_flat(n, dim);
+  std::vector<float> out(batch_size * dim);
+  batch_source batches(n, false, seed);
+  return rows_per_second(batches, seconds, [&](const batch_source& b) {
+    const auto& idx = b.indices();
+    const float* base = flat->data();
+    for (size_t i = 0; i < idx.size(); ++i)
+      std::memcpy(out.data() + i * dim, base + idx[i] * dim, sizeof(float) * dim);
+  });
+}
+
 void bench_lookup(uint32_t dim, uint64_t n, double seconds, bench_report& report) {
   const row_layout layout{dim, optimizer_kind::sgd, true};
   const std::string name = "dram_lookup_dim" + std::to_string(dim);
@@ -204,18 +219,7 @@ void bench_lookup(uint32_t dim, uint64_t n, double seconds, bench_report& report
   double raw = 0;
   double map_rate = 0;
   double tier_rate = 0;
-  {
-    progress("building flat array, dim " + std::to_string(dim) + ", " + std::to_string(n) +
-             " rows");
-    auto flat = build_flat(n, dim);
-    batch_source batches(n, false, 1);
-    raw = rows_per_second(batches, seconds, [&](const batch_source& b) {
-      const auto& idx = b.indices();
-      const float* base = flat->data();
-      for (size_t i = 0; i < idx.size(); ++i)
-        std::memcpy(out_floats.data() + i * dim, base + idx[i] * dim, sizeof(float) * dim);
-    });
-  }
+  raw = raw_gather_rows_per_s(dim, n, seconds, 1);
   {
     progress("building dram tier, dim " + std::to_string(dim));
     const auto start = bench_clock::now();
@@ -341,20 +345,7 @@ void bench_bytes_multi(uint64_t n, bench_report& report) {
 void bench_cache_query(uint32_t dim, uint64_t n, double seconds, bench_report& report) {
   const row_layout layout{dim, optimizer_kind::sgd, false};  // the serving layout
   const std::string name = "cache_query_dim" + std::to_string(dim);
-  std::vector<float> out_floats(batch_size * dim);
-  double raw = 0;
-  {
-    progress("building flat array, dim " + std::to_string(dim) + ", " + std::to_string(n) +
-             " rows (cache baseline)");
-    auto flat = build_flat(n, dim);
-    batch_source batches(n, false, 3);
-    raw = rows_per_second(batches, seconds, [&](const batch_source& b) {
-      const auto& idx = b.indices();
-      const float* base = flat->data();
-      for (size_t i = 0; i < idx.size(); ++i)
-        std::memcpy(out_floats.data() + i * dim, base + idx[i] * dim, sizeof(float) * dim);
-    });
-  }
+  const double raw = raw_gather_rows_per_s(dim, n, seconds, 3);
   progress("building cpu_cache, dim " + std::to_string(dim));
   const uint32_t sets = static_cast<uint32_t>(std::max<uint64_t>(1, n * 2 / 32));
   cpu_cache cache(layout, cache_geometry{sets, 1});

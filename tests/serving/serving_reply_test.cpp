@@ -95,6 +95,18 @@ TEST(ServingReply, BinaryLookupIsTheStoredRowsBitForBitAcrossTiers) {
   EXPECT_EQ(empty.payload, expected_payload(t.rows, {}));
 }
 
+// Table "ads" of `dim` in `dir`, with a DRAM tier of 64 rows.
+serving_store_config small_store_config(const testing::temp_dir& dir, uint32_t dim) {
+  serving_store_config c;
+  c.table = "ads";
+  c.dim = dim;
+  c.partitions = 64;
+  c.lmdb_path = dir.path() / "serving";
+  const row_layout layout{dim, optimizer_kind::sgd, false};
+  c.dram_bytes = dram_tier::budget_for_rows(layout, eviction_policy::lru, 64);
+  return c;
+}
+
 // Every element of key k's row at version v.
 float value_of(uint64_t key, uint64_t version) { return float(key * 4096 + version % 4096); }
 
@@ -115,13 +127,8 @@ TEST(ServingConcurrency, LookupsDuringUpdatesNeverSeeATornRow) {
   constexpr uint32_t dim = 256;  // 1 KiB rows: a copy long enough to be overtaken
   constexpr uint64_t key_count = 96;
   testing::temp_dir dir;
-  serving_store_config c;
-  c.table = "ads";
-  c.dim = dim;
-  c.partitions = 64;
-  c.lmdb_path = dir.path() / "serving";
+  serving_store_config c = small_store_config(dir, dim);
   const row_layout layout{dim, optimizer_kind::sgd, false};
-  c.dram_bytes = dram_tier::budget_for_rows(layout, eviction_policy::lru, 64);
   auto store = serving_store::open(c, std::make_unique<cpu_cache>(layout, cache_geometry{2, 1}));
   ASSERT_TRUE(store.has_value()) << store.err().to_string();
   serving_service service({4096});
@@ -291,13 +298,9 @@ struct watched_store {
   std::vector<uint64_t> keys;
   static constexpr uint32_t dim = 16;
 
-  // `rows` keys written by an update; the cache holds `cache_rows` of them.
+  // `rows` keys written by an update; a cache of `cache_sets` sets of 32.
   watched_store(bool concurrent, uint64_t rows, uint32_t cache_sets) {
-    serving_store_config c;
-    c.table = "ads";
-    c.dim = dim;
-    c.partitions = 64;
-    c.lmdb_path = dir.path() / "serving";
+    const serving_store_config c = small_store_config(dir, dim);
     const row_layout layout{dim, optimizer_kind::sgd, false};
     auto owned = std::make_unique<watched_cache>(layout, cache_geometry{cache_sets, 1}, concurrent);
     cache = owned.get();
