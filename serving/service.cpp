@@ -37,7 +37,6 @@ status lookup_service::push(const std::string& table, uint32_t, std::span<const 
 void serving_service::add_table(std::unique_ptr<serving_store> store) {
   auto entry = std::make_unique<table_entry>();
   entry->dim = store->dim();
-  entry->pending = store->has_pending();
   entry->store = std::move(store);
   std::unique_lock lock(tables_mutex_);
   const std::string name = entry->store->table();
@@ -63,9 +62,7 @@ status serving_service::lookup(const std::string& table, std::span<const uint64_
   std::shared_lock tables(tables_mutex_);
   auto entry = find(table);
   if (!entry) return entry.err();
-  auto ok = (*entry)->store->lookup(keys, out);
-  if ((*entry)->store->has_pending()) (*entry)->pending = true;
-  return ok;
+  return (*entry)->store->lookup(keys, out);
 }
 
 status serving_service::prefetch(const std::string& table, std::span<const uint64_t> keys) {
@@ -92,8 +89,6 @@ expected<uint64_t> serving_service::reply_bytes(const std::string& table, size_t
 void serving_service::finish_request() {
   std::shared_lock tables(tables_mutex_);
   for (auto& [name, entry] : tables_) {
-    if (!entry->pending.load()) continue;
-    entry->pending = false;
     if (entry->store->has_pending())
       (void)entry->store->insert_pending();  // a failed insert is only a miss later
   }
@@ -105,9 +100,7 @@ status serving_service::apply_updates(const std::string& table, std::span<const 
   std::shared_lock tables(tables_mutex_);
   auto entry = find(table);
   if (!entry) return entry.err();
-  auto ok = (*entry)->store->apply_updates(keys, weights, versions);
-  (*entry)->pending = (*entry)->store->has_pending();  // updates insert the queued rows first
-  return ok;
+  return (*entry)->store->apply_updates(keys, weights, versions);
 }
 
 expected<uint32_t> serving_service::dim_of(const std::string& table) {

@@ -14,7 +14,6 @@
 // Thread-safe.
 #pragma once
 
-#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
@@ -105,7 +104,6 @@ class serving_service : public lookup_service {
   struct table_entry {
     std::unique_ptr<serving_store> store;  // thread-safe
     uint32_t dim = 0;
-    std::atomic<bool> pending{false};  // queued cache inserts (finish_request)
   };
   // Callers hold tables_mutex_ (shared at least) while they use the entry.
   expected<table_entry*> find(const std::string& table);

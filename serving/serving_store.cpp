@@ -1,6 +1,7 @@
 #include "serving/serving_store.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <fstream>
 #include <mutex>
@@ -26,6 +27,13 @@ status run_cache_call(const std::function<void(cache_completion)>& call) {
   call([&](status s) { result = std::move(s); });
   STRATA_ASSERT(result.has_value(), "the cache backend must complete host calls synchronously");
   return *result;
+}
+
+// A cache query's miss positions: the calling thread's own (lookups of a
+// store may run at once), no allocation once grown.
+std::vector<uint32_t>& miss_scratch() {
+  thread_local std::vector<uint32_t> misses;
+  return misses;
 }
 
 // What prepare_directory may delete: the marker and LMDB's two files.
@@ -127,11 +135,13 @@ struct serving_store::impl {
   // Hit rate over the last window: the previous full window and the current one.
   uint64_t window_hits = 0, window_keys = 0;
   double last_rate = 0.0;
-  // Rows queued for an asynchronous cache insert.
+  // Rows queued for an asynchronous cache insert; `queued` says whether
+  // there are any, read without the lock (has_pending(), after every
+  // lookup).
   row_buffer pending;
+  std::atomic<bool> queued{false};
   // Scratch buffers reused across calls (exclusive lock).
   std::vector<std::byte> records;
-  std::vector<uint32_t> misses;
   std::vector<std::byte> found;  // fetch_misses()'s rows
 
   size_t record_bytes() const { return layout.record_bytes(); }
@@ -176,6 +186,7 @@ struct serving_store::impl {
                uint64_t& cache_hits) {
     const size_t n = keys.size();
     const size_t rb = record_bytes();
+    auto& misses = miss_scratch();
     misses.resize(n);
     cache_counts counts;
     STRATA_TRY(run_cache_call([&](cache_completion done) {
@@ -250,6 +261,7 @@ struct serving_store::impl {
     if (pending.empty()) return {};
     auto result = cache_insert(pending.keys(), pending.record(0));
     pending.clear();
+    queued = false;
     return result;
   }
 };
@@ -303,10 +315,7 @@ double serving_store::recent_hit_rate() const {
   std::lock_guard counters(impl_->stats_mutex);
   return impl_->hit_rate();
 }
-bool serving_store::has_pending() const {
-  std::shared_lock lock(impl_->mutex);
-  return !impl_->pending.empty();
-}
+bool serving_store::has_pending() const { return impl_->queued.load(); }
 
 status serving_store::load_checkpoint(const fs::path& dir) {
   auto& s = *impl_;
@@ -405,7 +414,7 @@ status serving_store::lookup(std::span<const uint64_t> keys, lookup_result& out)
   // The cache writes each hit's version and weights straight to their
   // places in the result; the misses' rows (DRAM, LMDB, defaults) come as
   // records, whose version and weights are copied there.
-  thread_local std::vector<uint32_t> misses;  // this call's (no allocation in steady state)
+  auto& misses = miss_scratch();
   misses.resize(n);
   cache_counts counts;
   if (n > 0) {
@@ -441,6 +450,7 @@ status serving_store::lookup(std::span<const uint64_t> keys, lookup_result& out)
     if (async) {
       for (size_t i = 0; i < fetched.size(); ++i)
         s.pending.append(fetched.key(i), fetched.record(i));
+      s.queued = true;
       s.stats.async_inserts += fetched.size();
     } else {
       STRATA_TRY(s.cache_insert(fetched.keys(), fetched.record(0)));

@@ -148,7 +148,7 @@ class serving_store {
   status prefetch(std::span<const uint64_t> keys);
   // Inserts the rows queued by asynchronous lookups into the cache.
   status insert_pending();
-  bool has_pending() const;
+  bool has_pending() const;  // takes no lock
 
   // weights: keys.size() x dim floats. Applies rows newer than the stored ones.
   status apply_updates(std::span<const uint64_t> keys, std::span<const float> weights,

@@ -85,7 +85,9 @@ class cache_backend {
   virtual size_t size() const = 0;  // resident rows
   // True if query() and query_weights() may run concurrently with each
   // other (several serving threads reading one table); every other call
-  // still needs the cache to itself.
+  // still needs the cache to itself. A backend that says so overrides
+  // query_weights(): the default one splits records in the backend's own
+  // scratch.
   virtual bool concurrent_queries() const { return false; }
 
   // For each key: on a hit, copies its record to rows[i] (stride

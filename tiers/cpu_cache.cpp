@@ -152,22 +152,22 @@ void for_each_hit(Impl& m, memory_span<const uint64_t> keys,
   // records prefetched, then the hits handed on in batch order, so a
   // block's loads overlap instead of following each other.
   constexpr size_t block = 16;
+  constexpr size_t line = 64;
   const size_t n = keys.size();
-  const size_t line = 64;
-  ptrdiff_t slots[block];
+  size_t bases[block];     // each key's set: its first slot
+  ptrdiff_t slots[block];  // each key's slot, or -1
   for (size_t first = 0; first < n; first += block) {
     const size_t count = std::min(block, n - first);
     const uint64_t* batch = keys.data() + first;
     for (size_t j = 0; j < count; ++j) {
-      const size_t base = size_t{cache_set_of(batch[j], m.geometry.sets)} * m.set_slots;
-      slots[j] = static_cast<ptrdiff_t>(base);
-      const auto* set_keys = reinterpret_cast<const char*>(m.keys.data() + base);
+      bases[j] = size_t{cache_set_of(batch[j], m.geometry.sets)} * m.set_slots;
+      const auto* set_keys = reinterpret_cast<const char*>(m.keys.data() + bases[j]);
       for (size_t b = 0; b < m.set_slots * sizeof(uint64_t); b += line)
         __builtin_prefetch(set_keys + b);
-      __builtin_prefetch(m.flags.data() + base);
+      __builtin_prefetch(m.flags.data() + bases[j]);
     }
     for (size_t j = 0; j < count; ++j) {
-      slots[j] = m.find_from(static_cast<size_t>(slots[j]), batch[j]);
+      slots[j] = m.find_from(bases[j], batch[j]);
       if (slots[j] < 0) continue;
       const auto* record = reinterpret_cast<const char*>(m.record(static_cast<size_t>(slots[j])));
       for (size_t b = 0; b < m.record_bytes; b += line) __builtin_prefetch(record + b);

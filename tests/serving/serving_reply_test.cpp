@@ -265,6 +265,7 @@ class watched_cache final : public cache_backend {
   template <class Fn>
   void as_query(Fn&& fn) {
     ++calls_inside_;
+    if (others_inside_ > 0) ++overlaps_with_others;
     const int now = ++queries_inside;
     int most = most_queries_inside.load();
     while (now > most && !most_queries_inside.compare_exchange_weak(most, now)) {
@@ -281,14 +282,17 @@ class watched_cache final : public cache_backend {
   }
   template <class Fn>
   void alone(Fn&& fn) {
+    ++others_inside_;
     if (++calls_inside_ != 1) ++overlaps_with_others;
     fn();
     --calls_inside_;
+    --others_inside_;
   }
 
   cpu_cache inner_;
   bool concurrent_;
   std::atomic<int> calls_inside_{0};
+  std::atomic<int> others_inside_{0};  // calls other than queries
 };
 
 struct watched_store {
