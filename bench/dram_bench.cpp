@@ -212,6 +212,24 @@ double raw_gather_rows_per_s(uint32_t dim, uint64_t n, double seconds, uint64_t 
   });
 }
 
+// The Adagrad baseline: rows (weights and accumulators) of a flat array,
+// updated in place at the batch's indices.
+double raw_adagrad_rows_per_s(const optimizer_config& adagrad, uint32_t dim, uint64_t n,
+                              double seconds, const std::vector<float>& grads) {
+  progress("building flat array, Adagrad dim " + std::to_string(dim) + ", " + std::to_string(n) +
+           " rows");
+  const uint32_t words = 2 * dim;
+  auto flat = build_flat(n, words);
+  batch_source batches(n, true, 2);
+  return rows_per_second(batches, seconds, [&](const batch_source& b) {
+    const auto& idx = b.indices();
+    for (size_t i = 0; i < idx.size(); ++i) {
+      float* row = flat->data() + idx[i] * words;
+      adagrad_step(adagrad, dim, row, row + dim, grads.data() + i * dim);
+    }
+  });
+}
+
 void bench_lookup(uint32_t dim, uint64_t n, double seconds, bench_report& report) {
   const row_layout layout{dim, optimizer_kind::sgd, true};
   const std::string name = "dram_lookup_dim" + std::to_string(dim);
@@ -266,18 +284,7 @@ void bench_push(uint32_t dim, uint64_t n, double seconds, bench_report& report) 
   double map_rate = 0;
   double tier_rate = 0;
   double bytes_per_key = 0;
-  {
-    progress("building flat array, Adagrad dim " + std::to_string(dim));
-    auto flat = build_flat(n, words);
-    batch_source batches(n, true, 2);
-    raw = rows_per_second(batches, seconds, [&](const batch_source& b) {
-      const auto& idx = b.indices();
-      for (size_t i = 0; i < idx.size(); ++i) {
-        float* row = flat->data() + idx[i] * words;
-        adagrad_step(adagrad, dim, row, row + dim, grads.data() + i * dim);
-      }
-    });
-  }
+  raw = raw_adagrad_rows_per_s(adagrad, dim, n, seconds, grads);
   {
     progress("building dram tier, Adagrad dim " + std::to_string(dim));
     auto tier = build_tier(n, layout);
@@ -341,42 +348,52 @@ void bench_bytes_multi(uint64_t n, bench_report& report) {
 
 }  // namespace
 
-// --- the embedding cache's lookup (serving's hit path) ------------------------------
+// --- the embedding cache: lookup (serving's hit path) and update -------------------
+
+namespace {
+
+// A cpu_cache with room for 2n rows (32-slot sets) holding keys 0..n-1.
+std::unique_ptr<cpu_cache> build_cache(uint64_t n, const row_layout& layout) {
+  progress("building cpu_cache, dim " + std::to_string(layout.dim) + ", " + std::to_string(n) +
+           " rows");
+  const uint32_t sets = static_cast<uint32_t>(std::max<uint64_t>(1, n * 2 / 32));
+  auto cache = std::make_unique<cpu_cache>(layout, cache_geometry{sets, 1});
+  row_buffer rows(layout);
+  std::vector<uint64_t> evicted_keys(batch_size);
+  std::vector<std::byte> evicted(batch_size * layout.record_bytes());
+  for (uint64_t base = 0; base < n; base += batch_size) {
+    rows.clear();
+    for (uint64_t i = base; i < std::min<uint64_t>(n, base + batch_size); ++i) {
+      std::byte* rec = rows.append(key_of(i));
+      meta_of(rec) = row_meta{1, 0, 0};
+      for (uint32_t j = 0; j < layout.value_words(); ++j) weights_of(rec)[j] = initial_value(i, j);
+    }
+    cache_counts counts;
+    const std::span<const std::byte> records(rows.record(0), rows.size() * layout.record_bytes());
+    cache->insert(host_span(rows.keys()), host_span(records), false,
+                  host_span(std::span<uint64_t>(evicted_keys)),
+                  host_span(std::span<std::byte>(evicted)), counts, {});
+  }
+  return cache;
+}
+
+}  // namespace
+
 void bench_cache_query(uint32_t dim, uint64_t n, double seconds, bench_report& report) {
   const row_layout layout{dim, optimizer_kind::sgd, false};  // the serving layout
   const std::string name = "cache_query_dim" + std::to_string(dim);
   const double raw = raw_gather_rows_per_s(dim, n, seconds, 3);
-  progress("building cpu_cache, dim " + std::to_string(dim));
-  const uint32_t sets = static_cast<uint32_t>(std::max<uint64_t>(1, n * 2 / 32));
-  cpu_cache cache(layout, cache_geometry{sets, 1});
-  {
-    row_buffer rows(layout);
-    std::vector<uint64_t> evicted_keys(batch_size);
-    std::vector<std::byte> evicted(batch_size * layout.record_bytes());
-    for (uint64_t base = 0; base < n; base += batch_size) {
-      rows.clear();
-      for (uint64_t i = base; i < std::min<uint64_t>(n, base + batch_size); ++i) {
-        std::byte* rec = rows.append(key_of(i));
-        meta_of(rec) = row_meta{1, 0, 0};
-        for (uint32_t j = 0; j < dim; ++j) weights_of(rec)[j] = initial_value(i, j);
-      }
-      cache_counts counts;
-      const std::span<const std::byte> records(rows.record(0), rows.size() * layout.record_bytes());
-      cache.insert(host_span(rows.keys()), host_span(records), false,
-                   host_span(std::span<uint64_t>(evicted_keys)),
-                   host_span(std::span<std::byte>(evicted)), counts, {});
-    }
-  }
+  auto cache = build_cache(n, layout);
   std::vector<std::byte> versions(batch_size * 8), weights(batch_size * size_t{4} * dim);
   std::vector<uint32_t> misses(batch_size);
   uint64_t hits = 0, asked = 0;
   batch_source batches(n, false, 3);
   const double rate = rows_per_second(batches, seconds, [&](const batch_source& b) {
     cache_counts counts;
-    cache.query_weights(host_span(std::span<const uint64_t>(b.keys())),
-                        host_span(std::span<std::byte>(versions)),
-                        host_span(std::span<std::byte>(weights)),
-                        host_span(std::span<uint32_t>(misses)), counts, {});
+    cache->query_weights(host_span(std::span<const uint64_t>(b.keys())),
+                         host_span(std::span<std::byte>(versions)),
+                         host_span(std::span<std::byte>(weights)),
+                         host_span(std::span<uint32_t>(misses)), counts, {});
     hits += counts.hits;
     asked += b.keys().size();
   });
@@ -384,6 +401,34 @@ void bench_cache_query(uint32_t dim, uint64_t n, double seconds, bench_report& r
     throw std::runtime_error("cache bench: only " + std::to_string(hits) + " of " +
                              std::to_string(asked) + " keys hit");
   report.add({name, rate, "rows/s", "raw_gather", raw});
+}
+
+// The training path's push into a cache tier: Adagrad on resident rows.
+void bench_cache_update(uint32_t dim, uint64_t n, double seconds, bench_report& report) {
+  const row_layout layout{dim, optimizer_kind::adagrad, true};
+  optimizer_config adagrad;
+  adagrad.kind = optimizer_kind::adagrad;
+  adagrad.learning_rate = 0.01f;
+  std::vector<float> grads(batch_size * dim);
+  for (size_t i = 0; i < grads.size(); ++i) grads[i] = static_cast<float>(i % 7) * 0.01f - 0.03f;
+  const std::string name = "cache_update_adagrad_dim" + std::to_string(dim);
+  const double raw = raw_adagrad_rows_per_s(adagrad, dim, n, seconds, grads);
+  auto cache = build_cache(n, layout);
+  std::vector<uint32_t> misses(batch_size);
+  uint64_t hits = 0, asked = 0;
+  batch_source batches(n, true, 2);
+  const double rate = rows_per_second(batches, seconds, [&](const batch_source& b) {
+    cache_counts counts;
+    cache->update(host_span(std::span<const uint64_t>(b.keys())),
+                  host_span(std::span<const float>(grads.data(), b.keys().size() * dim)), adagrad,
+                  host_span(std::span<uint32_t>(misses)), counts, {});
+    hits += counts.hits;
+    asked += b.keys().size();
+  });
+  if (hits < asked * 99 / 100)
+    throw std::runtime_error("cache bench: only " + std::to_string(hits) + " of " +
+                             std::to_string(asked) + " keys were resident");
+  report.add({name, rate, "rows/s", "raw_adagrad", raw});
 }
 
 void run_dram_bench(const tiers_bench_options& options, bench_report& report) {
@@ -394,6 +439,7 @@ void run_dram_bench(const tiers_bench_options& options, bench_report& report) {
   bench_lookup(128, sizes.keys_dim128, sizes.seconds, report);
   bench_push(64, sizes.keys_small_dims, sizes.seconds, report);
   bench_cache_query(64, sizes.keys_small_dims / 5, sizes.seconds, report);
+  bench_cache_update(64, sizes.keys_small_dims / 5, sizes.seconds, report);
   bench_bytes_multi(sizes.keys_small_dims, report);
 }
 
