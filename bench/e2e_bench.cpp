@@ -168,8 +168,8 @@ model:
   m += R"(  eviction: lru
   ssd_path: bench-e2e-state
   map_bytes: 1GiB
-  flush_batch_rows: 1024
-  max_flushes_in_flight: 4
+  flush_batch_rows: 16384
+  max_flushes_in_flight: 1
 caches:
   count: 2
 )";
