@@ -212,6 +212,19 @@ double raw_gather_rows_per_s(uint32_t dim, uint64_t n, double seconds, uint64_t 
   });
 }
 
+// The pushes' optimizer and one batch of gradients.
+optimizer_config bench_adagrad() {
+  optimizer_config adagrad;
+  adagrad.kind = optimizer_kind::adagrad;
+  adagrad.learning_rate = 0.01f;
+  return adagrad;
+}
+std::vector<float> bench_grads(uint32_t dim) {
+  std::vector<float> grads(batch_size * dim);
+  for (size_t i = 0; i < grads.size(); ++i) grads[i] = static_cast<float>(i % 7) * 0.01f - 0.03f;
+  return grads;
+}
+
 // The Adagrad baseline: rows (weights and accumulators) of a flat array,
 // updated in place at the batch's indices.
 double raw_adagrad_rows_per_s(const optimizer_config& adagrad, uint32_t dim, uint64_t n,
@@ -273,11 +286,8 @@ void bench_lookup(uint32_t dim, uint64_t n, double seconds, bench_report& report
 // --- push (Adagrad) and bytes per key ----------------------------------------------
 void bench_push(uint32_t dim, uint64_t n, double seconds, bench_report& report) {
   const row_layout layout{dim, optimizer_kind::adagrad, true};
-  optimizer_config adagrad;
-  adagrad.kind = optimizer_kind::adagrad;
-  adagrad.learning_rate = 0.01f;
-  std::vector<float> grads(batch_size * dim);
-  for (size_t i = 0; i < grads.size(); ++i) grads[i] = static_cast<float>(i % 7) * 0.01f - 0.03f;
+  const optimizer_config adagrad = bench_adagrad();
+  const std::vector<float> grads = bench_grads(dim);
   const std::string name = "dram_push_adagrad_dim" + std::to_string(dim);
   const uint32_t words = layout.value_words();
   double raw = 0;
@@ -406,11 +416,8 @@ void bench_cache_query(uint32_t dim, uint64_t n, double seconds, bench_report& r
 // The training path's push into a cache tier: Adagrad on resident rows.
 void bench_cache_update(uint32_t dim, uint64_t n, double seconds, bench_report& report) {
   const row_layout layout{dim, optimizer_kind::adagrad, true};
-  optimizer_config adagrad;
-  adagrad.kind = optimizer_kind::adagrad;
-  adagrad.learning_rate = 0.01f;
-  std::vector<float> grads(batch_size * dim);
-  for (size_t i = 0; i < grads.size(); ++i) grads[i] = static_cast<float>(i % 7) * 0.01f - 0.03f;
+  const optimizer_config adagrad = bench_adagrad();
+  const std::vector<float> grads = bench_grads(dim);
   const std::string name = "cache_update_adagrad_dim" + std::to_string(dim);
   const double raw = raw_adagrad_rows_per_s(adagrad, dim, n, seconds, grads);
   auto cache = build_cache(n, layout);
