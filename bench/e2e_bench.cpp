@@ -168,7 +168,7 @@ model:
   m += R"(  eviction: lru
   ssd_path: bench-e2e-state
   map_bytes: 1GiB
-  flush_batch_rows: 16384
+  flush_batch_rows: 8192
   max_flushes_in_flight: 1
 caches:
   count: 2
