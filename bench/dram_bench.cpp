@@ -247,10 +247,9 @@ void bench_lookup(uint32_t dim, uint64_t n, double seconds, bench_report& report
   const row_layout layout{dim, optimizer_kind::sgd, true};
   const std::string name = "dram_lookup_dim" + std::to_string(dim);
   std::vector<float> out_floats(batch_size * dim);
-  double raw = 0;
+  const double raw = raw_gather_rows_per_s(dim, n, seconds, 1);
   double map_rate = 0;
   double tier_rate = 0;
-  raw = raw_gather_rows_per_s(dim, n, seconds, 1);
   {
     progress("building dram tier, dim " + std::to_string(dim));
     const auto start = bench_clock::now();
@@ -290,11 +289,10 @@ void bench_push(uint32_t dim, uint64_t n, double seconds, bench_report& report) 
   const std::vector<float> grads = bench_grads(dim);
   const std::string name = "dram_push_adagrad_dim" + std::to_string(dim);
   const uint32_t words = layout.value_words();
-  double raw = 0;
+  const double raw = raw_adagrad_rows_per_s(adagrad, dim, n, seconds, grads);
   double map_rate = 0;
   double tier_rate = 0;
   double bytes_per_key = 0;
-  raw = raw_adagrad_rows_per_s(adagrad, dim, n, seconds, grads);
   {
     progress("building dram tier, Adagrad dim " + std::to_string(dim));
     auto tier = build_tier(n, layout);
@@ -387,6 +385,21 @@ std::unique_ptr<cpu_cache> build_cache(uint64_t n, const row_layout& layout) {
   return cache;
 }
 
+// rows/s of `call` (it returns how many of the batch's keys hit) over
+// `batches`; an error if under 99% of the keys were resident.
+template <class Call>
+double resident_rows_per_second(batch_source& batches, double seconds, Call call) {
+  uint64_t hits = 0, asked = 0;
+  const double rate = rows_per_second(batches, seconds, [&](const batch_source& b) {
+    hits += call(b);
+    asked += b.keys().size();
+  });
+  if (hits < asked * 99 / 100)
+    throw std::runtime_error("cache bench: only " + std::to_string(hits) + " of " +
+                             std::to_string(asked) + " keys were resident");
+  return rate;
+}
+
 }  // namespace
 
 void bench_cache_query(uint32_t dim, uint64_t n, double seconds, bench_report& report) {
@@ -396,20 +409,15 @@ void bench_cache_query(uint32_t dim, uint64_t n, double seconds, bench_report& r
   auto cache = build_cache(n, layout);
   std::vector<std::byte> versions(batch_size * 8), weights(batch_size * size_t{4} * dim);
   std::vector<uint32_t> misses(batch_size);
-  uint64_t hits = 0, asked = 0;
   batch_source batches(n, false, 3);
-  const double rate = rows_per_second(batches, seconds, [&](const batch_source& b) {
+  const double rate = resident_rows_per_second(batches, seconds, [&](const batch_source& b) {
     cache_counts counts;
     cache->query_weights(host_span(std::span<const uint64_t>(b.keys())),
                          host_span(std::span<std::byte>(versions)),
                          host_span(std::span<std::byte>(weights)),
                          host_span(std::span<uint32_t>(misses)), counts, {});
-    hits += counts.hits;
-    asked += b.keys().size();
+    return counts.hits;
   });
-  if (hits < asked * 99 / 100)
-    throw std::runtime_error("cache bench: only " + std::to_string(hits) + " of " +
-                             std::to_string(asked) + " keys hit");
   report.add({name, rate, "rows/s", "raw_gather", raw});
 }
 
@@ -422,19 +430,14 @@ void bench_cache_update(uint32_t dim, uint64_t n, double seconds, bench_report& 
   const double raw = raw_adagrad_rows_per_s(adagrad, dim, n, seconds, grads);
   auto cache = build_cache(n, layout);
   std::vector<uint32_t> misses(batch_size);
-  uint64_t hits = 0, asked = 0;
   batch_source batches(n, true, 2);
-  const double rate = rows_per_second(batches, seconds, [&](const batch_source& b) {
+  const double rate = resident_rows_per_second(batches, seconds, [&](const batch_source& b) {
     cache_counts counts;
     cache->update(host_span(std::span<const uint64_t>(b.keys())),
                   host_span(std::span<const float>(grads.data(), b.keys().size() * dim)), adagrad,
                   host_span(std::span<uint32_t>(misses)), counts, {});
-    hits += counts.hits;
-    asked += b.keys().size();
+    return counts.hits;
   });
-  if (hits < asked * 99 / 100)
-    throw std::runtime_error("cache bench: only " + std::to_string(hits) + " of " +
-                             std::to_string(asked) + " keys were resident");
   report.add({name, rate, "rows/s", "raw_adagrad", raw});
 }
 

@@ -230,8 +230,6 @@ TEST(Membership, ANonMemberCannotGetOneFrameAccepted) {
       EXPECT_NE(log.find("strata transport [n0]: hello from 127.0.0.1:"), std::string::npos) << log;
       EXPECT_NE(log.find(a.log_reason), std::string::npos) << log;
       if (s.unauthenticated_frames > dropped_before || attempt == 4) {
-        fprintf(stdout, "ATTEMPTS %s %d dropped %lu\n", a.name.c_str(), attempt,
-                (unsigned long)(s.unauthenticated_frames - dropped_before));
         EXPECT_GT(s.unauthenticated_frames, dropped_before) << "no frame was dropped in 4 tries";
         break;
       }
