@@ -49,6 +49,13 @@ struct shard_config {
   // Back-pressure: at most this many flush batches in flight; further
   // evicted rows wait (readable) in the write-behind buffer.
   uint32_t max_flushes_in_flight = 4;
+  // Bound on the write-behind: once this many batches' rows
+  // (max_queued_flush_batches x flush_batch_rows) are queued behind the
+  // flushes in flight, the requests that can spill DRAM into it (pulls,
+  // pushes, write-backs, prefetches, migration batches) wait in the
+  // shard's mailbox until a flush lands. A slow disk then slows training
+  // instead of growing memory without limit.
+  uint32_t max_queued_flush_batches = 4;
   // Run ssd_flush on a thread of its own (LMDB commits block); off in
   // deterministic tests, where every actor runs on the test scheduler.
   bool flush_on_own_thread = true;

@@ -203,6 +203,12 @@ struct tier_stats {
   uint64_t lookup_rows = 0;
   uint64_t lookup_ssd_wait_rows = 0;
   uint64_t prefetch_ssd_rows = 0;
+  // shard only: times the write-behind reached its bound and the shard held
+  // requests that could spill into it, and the seconds it held them
+  // (shard_config::max_queued_flush_batches).
+  uint64_t write_behind_stalls = 0;
+  double write_behind_stall_seconds = 0;
+  uint64_t write_behind_peak_rows = 0;  // shard: the most rows the write-behind held at once
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, tier_stats& x) {
@@ -210,10 +216,10 @@ typename Inspector::result_type inspect(Inspector& f, tier_stats& x) {
            x.inserts, x.evictions, x.flushed_rows, x.flush_batches, x.flush_bytes,
            x.write_back_rows, x.prefetch_requests, x.prefetch_rows, x.admission_rejections,
            x.ttl_expirations, x.pushes, x.push_rows, x.duplicate_pushes, x.push_id_evictions,
-           x.pulls, x.lmdb_waits,
-           x.chain_hits, x.initialized, x.rows, x.bytes, x.capacity_rows, x.capacity_bytes,
-           x.lmdb_rows, x.flushes_in_flight, x.write_behind_rows, x.mailbox_depth, x.latencies,
-           x.lookup_rows, x.lookup_ssd_wait_rows, x.prefetch_ssd_rows);
+           x.pulls, x.lmdb_waits, x.chain_hits, x.initialized, x.rows, x.bytes, x.capacity_rows,
+           x.capacity_bytes, x.lmdb_rows, x.flushes_in_flight, x.write_behind_rows, x.mailbox_depth,
+           x.latencies, x.lookup_rows, x.lookup_ssd_wait_rows, x.prefetch_ssd_rows,
+           x.write_behind_stalls, x.write_behind_stall_seconds, x.write_behind_peak_rows);
 }
 
 // What an actor without tiers (worker, dense, coordinator) reports to the

@@ -38,6 +38,7 @@ caf::error pull_local(shard_pointer self, std::vector<uint64_t> owned, pull_repl
 caf::result<pull_reply> serve_pull(shard_pointer self, std::vector<uint64_t>& keys,
                                    bool ahead) {
   if (self->state.fatal) return self->state.fatal;
+  if (write_behind_full(self)) return caf::skip;
   if (all_keys_local(self->state)) {
     if (self->state.async_reads) return pull_async(self, std::move(keys), ahead);
     pull_reply reply;
@@ -167,10 +168,12 @@ shard_actor::behavior_type shard_behavior(shard_pointer self, shard_config confi
       [self](pull_atom, std::vector<uint64_t>& keys) -> caf::result<pull_reply> {
         return serve_pull(self, keys, /*ahead=*/false);
       },
-      [self](pull_atom, prefetch_atom, std::vector<uint64_t>& keys)
-          -> caf::result<pull_reply> { return serve_pull(self, keys, /*ahead=*/true); },
+      [self](pull_atom, prefetch_atom, std::vector<uint64_t>& keys) -> caf::result<pull_reply> {
+        return serve_pull(self, keys, /*ahead=*/true);
+      },
       [self, layout](push_atom, push_request& req) -> caf::result<push_reply> {
         if (self->state.fatal) return self->state.fatal;
+        if (write_behind_full(self)) return caf::skip;
         if (req.grads.size() != req.keys.size() * layout.dim)
           return caf::make_error(caf::sec::runtime_error,
                                  "push of " + std::to_string(req.keys.size()) + " keys carries " +
@@ -222,6 +225,7 @@ shard_actor::behavior_type shard_behavior(shard_pointer self, shard_config confi
       },
       [self, layout](write_back_atom, const row_batch& rows) -> caf::result<ok_atom> {
         if (self->state.fatal) return self->state.fatal;
+        if (write_behind_full(self)) return caf::skip;
         if (!well_formed(rows, layout))
           return caf::make_error(caf::sec::runtime_error, "malformed write-back batch");
         settle_parked(self, rows.keys);
@@ -261,8 +265,9 @@ shard_actor::behavior_type shard_behavior(shard_pointer self, shard_config confi
                   [promise](caf::error& err) mutable { promise.deliver(err); });
         return promise;
       },
-      [self, layout](prefetch_atom, const std::vector<uint64_t>& all_keys) {
-        if (self->state.fatal) return;
+      [self, layout](prefetch_atom, const std::vector<uint64_t>& all_keys) -> caf::result<void> {
+        if (self->state.fatal) return {};
+        if (write_behind_full(self)) return caf::skip;
         std::vector<uint64_t> picked;
         bool some_remote = false;
         if (!all_keys_local(self->state)) {
@@ -274,14 +279,14 @@ shard_actor::behavior_type shard_behavior(shard_pointer self, shard_config confi
           if (some_remote) picked = pick(all_keys, split.local);
         }
         const std::vector<uint64_t>& keys = some_remote ? picked : all_keys;
-        if (keys.empty()) return;
+        if (keys.empty()) return {};
         touch(self->state, keys);
         ++self->state.metrics.prefetch_requests;
         self->state.metrics.prefetch_rows += keys.size();
         // The cold keys are read off this thread and installed when read.
         if (self->state.async_reads) {
           prefetch_async(self, keys);
-          return;
+          return {};
         }
         auto& scratch = self->state.probe;
         scratch.clear();
@@ -291,6 +296,7 @@ shard_actor::behavior_type shard_behavior(shard_pointer self, shard_config confi
         self->state.metrics.prefetch_ssd_rows += self->state.read_timer->rows() - rows_before;
         if (!s) caf::aout(self) << "strata: prefetch failed: " << s.err().to_string() << "\n";
         maybe_flush(self);
+        return {};
       },
       [self](tick_atom, uint32_t tick) {
         if (self->state.fatal) return;
@@ -489,6 +495,7 @@ shard_actor::behavior_type shard_behavior(shard_pointer self, shard_config confi
       },
       [self, layout](migrate_in_atom, const row_batch& rows) -> caf::result<ok_atom> {
         if (self->state.fatal) return self->state.fatal;
+        if (write_behind_full(self)) return caf::skip;
         settle_all_parked(self);
         auto& st = self->state;
         if (!well_formed(rows, layout))
@@ -609,6 +616,11 @@ shard_actor::behavior_type shard_behavior(shard_pointer self, shard_config confi
         out.lmdb_rows = chain.durable() ? chain.durable()->size() : 0;
         out.flushes_in_flight = st.in_flight.size();
         out.write_behind_rows = chain.write_behind().size();
+        out.write_behind_stalls = m.write_behind_stalls;
+        out.write_behind_peak_rows = m.write_behind_peak_rows;
+        out.write_behind_stall_seconds = m.write_behind_stall_seconds;
+        if (m.stalled_since)
+          out.write_behind_stall_seconds += st.config.clock->now_seconds() - *m.stalled_since;
         out.mailbox_depth = self->mailbox().size();
         out.latencies = {make_snapshot("pull", m.pull), make_snapshot("push", m.push),
                          make_snapshot("flush", m.flush), make_snapshot("lmdb_read", m.lmdb_read),

@@ -11,8 +11,9 @@
 // whole rows from a cache tier, older versions ignored. prefetch: warms
 // DRAM (its cold keys read off the thread too, with the reader on). Evicted dirty rows wait in the
 // write-behind buffer until ssd_flush confirms their batch (at most max_flushes_in_flight batches
-// in flight: back-pressure, rows are never dropped). drain: everything written down and synced,
-// then ok.
+// in flight: back-pressure, rows are never dropped); once max_queued_flush_batches batches' rows
+// wait behind those, requests that can spill more stay in the mailbox until a flush lands
+// (bounded memory under a slow disk). drain: everything written down and synced, then ok.
 #pragma once
 
 #include <caf/fwd.hpp>

@@ -151,6 +151,26 @@ void fail_stop(shard_pointer self, const caf::error& cause) {
   st.in_flight.clear();
 }
 
+namespace {
+
+bool over_queue_bound(const shard_state& st) {
+  const size_t bound = size_t{st.config.max_queued_flush_batches} * st.config.flush_batch_rows;
+  return st.chain->write_behind().queued_rows() >= bound;
+}
+
+}  // namespace
+
+bool write_behind_full(shard_pointer self) {
+  auto& st = self->state;
+  if (st.fatal || !over_queue_bound(st)) return false;
+  auto& m = st.metrics;
+  if (!m.stalled_since) {
+    ++m.write_behind_stalls;
+    m.stalled_since = st.config.clock->now_seconds();
+  }
+  return true;
+}
+
 // Sends write-behind batches to ssd_flush: when enough rows are queued (or
 // while draining), and while fewer than max_flushes_in_flight are out.
 void maybe_flush(shard_pointer self) {
@@ -175,6 +195,12 @@ void maybe_flush(shard_pointer self) {
         seq);
     if (!taken) break;
     send_flush(self, seq, std::move(batch));
+  }
+  st.metrics.write_behind_peak_rows =
+      std::max<uint64_t>(st.metrics.write_behind_peak_rows, wb.size());
+  if (auto& m = st.metrics; m.stalled_since && !over_queue_bound(st)) {
+    m.write_behind_stall_seconds += st.config.clock->now_seconds() - *m.stalled_since;
+    m.stalled_since.reset();
   }
   if (st.draining && st.in_flight.empty() && wb.queued_rows() == 0 && st.cut) take_cut(self);
   if (st.erase_pending && st.in_flight.empty() && wb.queued_rows() == 0) erase_foreign(self);

@@ -70,6 +70,12 @@ struct shard_metrics {
   uint64_t installed_rows_served = 0;
   uint64_t migrated_in_rows = 0;
   uint64_t flush_batches = 0, flush_bytes = 0;
+  // Back-pressure on the write-behind (write_behind_full): times the shard
+  // began holding requests, and the seconds it held them.
+  uint64_t write_behind_stalls = 0;
+  double write_behind_stall_seconds = 0;
+  std::optional<double> stalled_since;
+  uint64_t write_behind_peak_rows = 0;       // the most rows it held at once
   std::map<uint64_t, double> flush_started;  // seq -> time sent
 };
 
@@ -207,6 +213,12 @@ std::string message_of(const caf::error& err);
 // Sends write-behind batches to ssd_flush: when enough rows are queued (or
 // while draining), and while fewer than max_flushes_in_flight are out.
 void maybe_flush(shard_pointer self);
+// Back-pressure: true while max_queued_flush_batches batches' rows wait
+// behind the flushes in flight. A request that can spill DRAM into the
+// write-behind then returns caf::skip: it stays in the mailbox, in order,
+// and CAF offers it again after each message the shard handles, so it runs
+// once a flush has landed (maybe_flush ends the stall).
+bool write_behind_full(shard_pointer self);
 
 // --- reads off the shard's thread (shard_read.cpp) ---------------------------
 

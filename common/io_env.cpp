@@ -10,6 +10,7 @@
 #include <cstring>
 #include <limits>
 #include <mutex>
+#include <thread>
 
 namespace strata {
 
@@ -122,7 +123,11 @@ expected<std::vector<fault_rule>> parse_fault_spec(std::string_view spec) {
     uint64_t number = 0;
     for (const auto& n : errno_names)
       if (n.name == f[2]) r.err = n.value;
-    if (r.err == 0) {
+    if (f[2].starts_with("SLOW")) {
+      if (!parse_u64(f[2].substr(4), number) || number == 0 || number > 60'000)
+        return bad("bad delay '" + std::string(f[2]) + "' (SLOW1 .. SLOW60000 milliseconds)");
+      r.delay_ms = static_cast<uint32_t>(number);
+    } else if (r.err == 0) {
       if (!parse_u64(f[2], number) || number == 0 || number > 4095)
         return bad("unknown errno '" + std::string(f[2]) + "'");
       r.err = static_cast<int>(number);
@@ -143,6 +148,14 @@ int faulty_io_env::fault(io_op op, std::string_view path) {
     if (!r.path.empty() && path.find(r.path) == std::string_view::npos) continue;
     const uint64_t n = ++*r.calls;
     if (n < r.first || n > r.last) continue;
+    if (r.delay_ms > 0) {
+      if (n == r.first)
+        std::fprintf(stderr, "strata: injected fault: %s calls from %llu on %.*s wait %u ms\n",
+                     std::string(to_string(op)).c_str(), static_cast<unsigned long long>(n),
+                     static_cast<int>(path.size()), path.data(), r.delay_ms);
+      std::this_thread::sleep_for(std::chrono::milliseconds(r.delay_ms));
+      continue;  // then succeeds, unless a later rule fails it
+    }
     if (++fired_ == 1 && !once_file_.empty()) {
       const int fd = ::open(once_file_.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
       if (fd >= 0) ::close(fd);

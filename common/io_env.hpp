@@ -14,9 +14,12 @@
 //   calls  N (only the Nth matching call), N+ (the Nth and every later
 //          one), N-M (the Nth to the Mth); calls count from 1, per rule,
 //          and only calls whose path contains the substring count
-//   ERRNO  ENOSPC | EIO | EDQUOT | EROFS | ENOMEM | a number
+//   ERRNO  ENOSPC | EIO | EDQUOT | EROFS | ENOMEM | a number | SLOW<ms>
+//          (SLOW: the call waits that many milliseconds, then succeeds:
+//          a slow disk rather than a failing one)
 // e.g. STRATA_FAULT=lmdb_commit:3+:ENOSPC:shard-1 fails shard 1's third and
-// every later LMDB commit. Every injected fault logs one line to stderr.
+// every later LMDB commit. Every injected fault logs one line to stderr (a
+// SLOW rule only its first delay).
 // A malformed value is an error naming it (install_io_env_from_environment).
 //
 // STRATA_FAULT_ONCE=FILE makes the faults one-shot across processes: the
@@ -62,7 +65,8 @@ struct fault_rule {
   io_op op = io_op::write;
   uint64_t first = 1;                       // first failing call (1-based)
   uint64_t last = 1;                        // last failing call (UINT64_MAX: every later one)
-  int err = 0;                              // errno to fail with
+  int err = 0;                              // errno to fail with (0: a delay rule)
+  uint32_t delay_ms = 0;                    // SLOW<ms>: wait, then succeed
   std::string path;                         // only calls on paths containing it ("": all)
   std::shared_ptr<std::atomic<uint64_t>> calls =
       std::make_shared<std::atomic<uint64_t>>(0);  // matching calls seen

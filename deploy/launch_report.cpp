@@ -183,7 +183,14 @@ std::string tier_text(const actors::tier_stats& t) {
   }
   append(out, ", evictions %llu, flushed rows %llu, rows %llu", ull(t.evictions),
          ull(t.flushed_rows), ull(t.rows));
-  if (t.kind == "shard" && !t.chain_hits.empty()) append(out, ", LMDB rows %llu", ull(t.lmdb_rows));
+  if (t.kind == "shard" && !t.chain_hits.empty()) {
+    append(out, ", LMDB rows %llu, write-behind peak %llu rows", ull(t.lmdb_rows),
+           ull(t.write_behind_peak_rows));
+    // The disk was slower than training: requests waited on flushes.
+    if (t.write_behind_stalls > 0)
+      append(out, ", waited on the disk %llu times (%.1f s)", ull(t.write_behind_stalls),
+             t.write_behind_stall_seconds);
+  }
   return out;
 }
 

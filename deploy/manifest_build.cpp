@@ -90,6 +90,7 @@ manifest build(const raw_manifest& r, const std::string& file) {
     s.lmdb.sync = r.lmdb_sync;
     s.flush_batch_rows = r.flush_batch_rows;
     s.max_flushes_in_flight = r.max_flushes_in_flight;
+    s.max_queued_flush_batches = r.max_queued_flush_batches;
     s.migration_rows_per_s = r.migration_rows_per_s;
     c.shards.push_back(std::move(s));
   }

@@ -76,6 +76,7 @@ struct raw_manifest {
   size_t flush_batch_rows = 4096;
   uint64_t migration_rows_per_s = 0;  // shards.migration_rows_per_s (0: unlimited)
   uint32_t max_flushes_in_flight = 4;
+  uint32_t max_queued_flush_batches = 4;
 
   uint32_t cache_count = 1;
   cache_backend_choice cache_backend = cache_backend_choice::cpu;

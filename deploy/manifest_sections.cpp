@@ -272,6 +272,7 @@ void read_shards(section s, raw_manifest& r) {
   s.boolean("sync", r.lmdb_sync);
   s.unsigned_int("flush_batch_rows", r.flush_batch_rows, 1, 1u << 24);
   s.unsigned_int("max_flushes_in_flight", r.max_flushes_in_flight, 1, 1024);
+  s.unsigned_int("max_queued_flush_batches", r.max_queued_flush_batches, 1, 1024);
   s.unsigned_int("migration_rows_per_s", r.migration_rows_per_s);
   read_placement(s, r.placement, r.placement_marks);
   s.finish();

@@ -201,6 +201,16 @@ void add_shard(family_set& out, const labels& owner, const actors::tier_stats& t
   out.gauge("strata_shard_write_behind_rows",
             "Write-behind buffer depth: evicted dirty rows held until LMDB commits them.", owner,
             d(t.write_behind_rows));
+  out.gauge("strata_shard_write_behind_peak_rows",
+            "The most rows the write-behind buffer held at once since the shard started.", owner,
+            d(t.write_behind_peak_rows));
+  out.counter("strata_shard_write_behind_stalls_total",
+              "Times the write-behind reached its bound (shards.max_queued_flush_batches) and "
+              "the shard held requests until a flush landed.",
+              owner, d(t.write_behind_stalls));
+  out.counter("strata_shard_write_behind_stall_seconds_total",
+              "Seconds the shard held requests because the write-behind was at its bound.", owner,
+              t.write_behind_stall_seconds);
   out.counter("strata_shard_pushes_total", "Push requests applied.", owner, d(t.pushes));
   out.counter("strata_shard_push_rows_total", "Key positions pushed.", owner, d(t.push_rows));
   out.counter("strata_shard_duplicate_pushes_total",

@@ -18,6 +18,15 @@ shard_config make_shard(const temp_dir& dir, uint32_t index, const table_config&
   return strata::testing::test_shard_config(dir.path(), index, table, dram_rows);
 }
 
+// Rows a shard's LMDB environment holds (after a drain; -1: cannot open).
+int64_t lmdb_size(const shard_config& config, const table_config& table) {
+  lmdb_tier_config lc = config.lmdb;
+  lc.shared_handle = true;
+  auto lmdb = lmdb_tier::open(table.layout, lc);
+  EXPECT_TRUE(lmdb) << (lmdb ? "" : lmdb.err().to_string());
+  return lmdb ? static_cast<int64_t>((*lmdb)->size()) : -1;
+}
+
 float weight(const pull_reply& r, const row_layout& layout, size_t i, uint32_t j = 0) {
   return weights_of(rows_of(r.rows, layout)[i])[j];
 }
@@ -106,6 +115,13 @@ TEST_F(shard_fixture, ReadYourWritesWhileFlushesAreInFlight) {
 // Back-pressure: with ssd_flush stalled, at most max_flushes_in_flight
 // batches are out and further rows wait, readable, in the write-behind.
 TEST_F(shard_fixture, BackPressureKeepsRowsReadableAndLosesNone) {
+  // A bound high enough that these pushes never reach it (the next test
+  // is about the bound).
+  auto config = make_shard(dir, 1, table, 16);
+  config.max_queued_flush_batches = 64;
+  auto spawned = spawn_shard(h.system(), config);
+  ASSERT_TRUE(spawned) << spawned.err().to_string();
+  shard = *spawned;
   // ssd_flush is stalled: five pushes of 40 new keys each spill into
   // write-behind batches; at most max_flushes_in_flight (2) go out, the
   // rest wait, readable, in the write-behind buffer.
@@ -128,16 +144,81 @@ TEST_F(shard_fixture, BackPressureKeepsRowsReadableAndLosesNone) {
   ASSERT_TRUE(stalled->value);
   EXPECT_EQ(stalled->value->flushes_in_flight, 2u);   // max_flushes_in_flight
   EXPECT_GT(stalled->value->write_behind_rows, 16u);  // more than two batches wait
+  EXPECT_EQ(stalled->value->write_behind_stalls, 0u);
   h.sched().run();
   auto after = h.call<tier_stats>(shard, stats_atom::value);
   EXPECT_EQ(after.flushes_in_flight, 0u);
   // Drain: everything reaches LMDB.
   h.call<ok_atom>(shard, drain_atom::value);
-  lmdb_tier_config lc = make_shard(dir, 0, table, 16).lmdb;
-  lc.shared_handle = true;
-  auto lmdb = lmdb_tier::open(table.layout, lc);
-  ASSERT_TRUE(lmdb);
-  EXPECT_EQ((*lmdb)->size(), keys.size());
+  EXPECT_EQ(lmdb_size(config, table), static_cast<int64_t>(keys.size()));
+}
+
+// The write-behind's bound (max_queued_flush_batches): with ssd_flush
+// stalled (a disk slower than training), once a batch's rows wait behind
+// the two flushes in flight, requests that could spill more wait in the
+// shard's mailbox, in order; the shard still answers the rest. When the
+// disk catches up they run in the order sent and nothing is lost. Before
+// the bound, every push was taken and the write-behind grew with each.
+TEST_F(shard_fixture, BoundedWriteBehindHoldsRequestsInOrderUntilAFlushLands) {
+  auto config = make_shard(dir, 2, table, 16);
+  config.max_queued_flush_batches = 1;  // bound: 8 rows queued behind 2 x 8 in flight
+  auto spawned = spawn_shard(h.system(), config);
+  ASSERT_TRUE(spawned) << spawned.err().to_string();
+  shard = *spawned;
+  auto request = [&](uint64_t first, uint64_t count) {
+    push_request req;
+    for (uint64_t k = first; k < first + count; ++k) req.keys.push_back(k);
+    req.grads.assign(req.keys.size() * table.layout.dim, -1.0f);  // +1 per push
+    return req;
+  };
+  // Pushes of 40 new keys each: the DRAM tier (16 rows) spills each
+  // push's rows; a batch takes every queued row, so two pushes fill the
+  // two flushes in flight and the third's rows wait, over the bound. Each
+  // was under the bound when it arrived, so each is taken.
+  for (uint64_t round = 0; round < 3; ++round) {
+    auto pushed = h.ask<push_reply>(shard, push_atom::value, request(round * 1000, 40));
+    h.run_except_named("ssd_flush");
+    ASSERT_TRUE(pushed->value) << "round " << round;
+  }
+  // Stats while ssd_flush stays stalled.
+  auto stats_stalled = [&] {
+    auto a = h.ask<tier_stats>(shard, stats_atom::value);
+    h.run_except_named("ssd_flush");
+    EXPECT_TRUE(a->value) << "no stats while ssd_flush is stalled";
+    return a->value ? *a->value : tier_stats{};
+  };
+  auto full = stats_stalled();
+  EXPECT_EQ(full.flushes_in_flight, 2u);
+  EXPECT_EQ(full.write_behind_stalls, 0u);
+  const uint64_t bounded = full.write_behind_rows;
+  // Each batch is the queue taken whole: at most (2 in flight + 1 queued)
+  // x (the bound, 8 rows, + one request's spill, 40).
+  EXPECT_LE(bounded, 3u * (8u + 40u));
+  // Now every request that can spill waits: a push of 40 more keys, a push
+  // of key 0 again, and a pull of key 0 that must see that second push.
+  auto second = h.ask<push_reply>(shard, push_atom::value, request(3000, 40));
+  auto again = h.ask<push_reply>(shard, push_atom::value, request(0, 1));
+  auto read = h.ask<pull_reply>(shard, pull_atom::value, std::vector<uint64_t>{0});
+  h.run_except_named("ssd_flush");
+  EXPECT_FALSE(second->value || second->error);
+  EXPECT_FALSE(again->value || again->error);
+  EXPECT_FALSE(read->value || read->error);
+  // The shard is not wedged: it answers what cannot spill.
+  auto held = stats_stalled();
+  EXPECT_EQ(held.write_behind_rows, bounded);  // nothing more was taken
+  EXPECT_EQ(held.write_behind_stalls, 1u);
+  EXPECT_EQ(held.pushes, 3u);
+  // The disk catches up: the held requests run, in the order sent.
+  h.sched().run();
+  ASSERT_TRUE(second->value);
+  ASSERT_TRUE(again->value);
+  ASSERT_TRUE(read->value);
+  EXPECT_EQ(weight(*read->value, table.layout, 0), 2.0f);  // after the second push of key 0
+  auto after = h.call<tier_stats>(shard, stats_atom::value);
+  EXPECT_EQ(after.pushes, 5u);
+  EXPECT_GE(after.write_behind_stalls, 1u);
+  h.call<ok_atom>(shard, drain_atom::value);
+  EXPECT_EQ(lmdb_size(config, table), 160);
 }
 
 TEST_F(shard_fixture, WriteBackKeepsTheHigherVersion) {

@@ -138,5 +138,67 @@ TEST_F(shard_fault_fixture, PersistentFlushFailureFailStopsNamingShardPathAndCau
   EXPECT_EQ(faults.env().fired(), 4u);
 }
 
+// A slow disk (every LMDB commit of the shard waits 5 ms), real threads:
+// a client sends 60 pushes of 40 new keys at once, far faster than the
+// disk takes them. The write-behind stays within its bound (before the
+// bound it queued every push's rows: 2400), the shard stalls instead, and
+// every row lands with its value.
+TEST(ShardSlowDisk, TheWriteBehindStaysBoundedAndLosesNothing) {
+  temp_dir dir;
+  const table_config table = exact_sum_table(2);
+  shard_config config = strata::testing::test_shard_config(dir.path(), 5, table, 16);
+  config.flush_on_own_thread = true;
+  config.max_queued_flush_batches = 1;  // 8 rows queued behind 2 flushes in flight
+  scoped_faults faults("lmdb_commit:1+:SLOW5:" + config.lmdb.directory.string());
+  caf::actor_system_config system_config;
+  add_message_types(system_config);
+  system_config.set("logger.verbosity", caf::atom("quiet"));
+  caf::actor_system system{system_config};
+  auto spawned = spawn_shard(system, config);
+  ASSERT_TRUE(spawned) << spawned.err().to_string();
+  const shard_actor shard = *spawned;
+  caf::scoped_actor self{system};
+  constexpr uint64_t pushes = 60, width = 40;
+  std::vector<caf::response_handle<caf::blocking_actor, caf::detail::type_list<push_reply>, true>>
+      replies;
+  for (uint64_t p = 0; p < pushes; ++p) {
+    push_request req;
+    for (uint64_t k = 0; k < width; ++k) req.keys.push_back(p * 1000 + k);
+    req.grads.assign(req.keys.size() * table.layout.dim, -1.0f);
+    replies.push_back(self->request(shard, caf::infinite, push_atom::value, std::move(req)));
+  }
+  for (auto& r : replies)
+    r.receive([](push_reply&) {}, [&](caf::error& err) { ADD_FAILURE() << system.render(err); });
+  tier_stats stats;
+  self->request(shard, caf::infinite, stats_atom::value)
+      .receive([&](tier_stats& t) { stats = t; },
+               [&](caf::error& err) { ADD_FAILURE() << system.render(err); });
+  EXPECT_EQ(stats.pushes, pushes);
+  EXPECT_GE(stats.write_behind_stalls, 1u) << "the disk was never slower than the pushes";
+  EXPECT_GT(stats.write_behind_stall_seconds, 0.0);
+  // A flush batch takes every queued row: (2 in flight + 1 queued) x (8 + 40).
+  EXPECT_LE(stats.write_behind_peak_rows, 3u * (8u + width));
+  self->request(shard, caf::infinite, drain_atom::value)
+      .receive([](ok_atom) {}, [&](caf::error& err) { ADD_FAILURE() << system.render(err); });
+  self->send_exit(shard, caf::exit_reason::user_shutdown);
+  self->wait_for(shard);
+  lmdb_tier_config lc = config.lmdb;
+  lc.shared_handle = true;
+  auto lmdb = lmdb_tier::open(table.layout, lc);
+  ASSERT_TRUE(lmdb) << lmdb.err().to_string();
+  EXPECT_EQ((*lmdb)->size(), pushes * width);
+  std::vector<uint64_t> keys;
+  for (uint64_t p = 0; p < pushes; ++p)
+    for (uint64_t k = 0; k < width; ++k) keys.push_back(p * 1000 + k);
+  std::vector<std::byte> rows(keys.size() * table.layout.record_bytes());
+  std::vector<uint32_t> misses;
+  ASSERT_TRUE((*lmdb)->lookup(keys, {rows.data(), table.layout.record_bytes()}, misses));
+  EXPECT_TRUE(misses.empty());
+  size_t wrong = 0;
+  for (size_t i = 0; i < keys.size(); ++i)
+    wrong += weights_of(rows.data() + i * table.layout.record_bytes())[0] != 1.0f;
+  EXPECT_EQ(wrong, 0u);
+}
+
 }  // namespace
 }  // namespace strata::actors

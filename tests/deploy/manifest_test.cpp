@@ -120,6 +120,20 @@ TEST(Manifest, MigrationRateLimitReachesEveryShard) {
                "m.yaml:7: shards.migration_rows_per_s: expected a whole number, got \"fast\"");
 }
 
+// shards.max_queued_flush_batches (the write-behind's bound) reaches every
+// shard's config (unset: 4); 0 is named (the bound would hold every request).
+TEST(Manifest, WriteBehindBoundReachesEveryShard) {
+  auto unset = parse_manifest(text_of(base_lines), "m.yaml");
+  ASSERT_TRUE(unset) << unset.err().message();
+  EXPECT_EQ(unset->cluster.shards[0].max_queued_flush_batches, 4u);
+  auto m = parse_manifest(with_line(6, "  ssd_path: /tmp/state\n  max_queued_flush_batches: 2"),
+                          "m.yaml");
+  ASSERT_TRUE(m) << m.err().message();
+  for (const auto& s : m->cluster.shards) EXPECT_EQ(s.max_queued_flush_batches, 2u);
+  EXPECT_ERROR(with_line(6, "  ssd_path: /tmp/state\n  max_queued_flush_batches: 0"),
+               "m.yaml:7: shards.max_queued_flush_batches: must be in [1,");
+}
+
 TEST(Manifest, WrongTypesAreErrors) {
   EXPECT_ERROR(with_line(11, "  count: two"),
                "m.yaml:11: workers.count: expected a whole number, got \"two\"");

@@ -55,9 +55,17 @@ TEST(ReportText, AShardNamesEachChainTiersHitsAndTheInitializersMisses) {
   const auto text = detail::tier_text(t);
   EXPECT_EQ(text,
             "shard 0: DRAM hits 100, write-behind hits 3, LMDB hits 40, misses to the initializer "
-            "7, evictions 0, flushed rows 0, rows 90, LMDB rows 120");
+            "7, evictions 0, flushed rows 0, rows 90, LMDB rows 120, write-behind peak 0 rows");
   // LMDB hits are not counted as misses.
   EXPECT_EQ(text.find("misses 50"), std::string::npos) << text;
+  // A disk slower than training: the write-behind's bound held requests.
+  t.write_behind_peak_rows = 4096;
+  t.write_behind_stalls = 3;
+  t.write_behind_stall_seconds = 1.3;
+  const auto stalled = detail::tier_text(t);
+  EXPECT_NE(stalled.find(", write-behind peak 4096 rows, waited on the disk 3 times (1.3 s)"),
+            std::string::npos)
+      << stalled;
 }
 
 TEST(ReportText, ACacheNamesItsHitsAndTheMissesThatGoToTheShards) {

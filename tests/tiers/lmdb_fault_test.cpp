@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cerrno>
+#include <chrono>
 #include <numeric>
 
 #include "common/io_env.hpp"
@@ -63,8 +64,10 @@ TEST(FaultSpec, ParsesEveryForm) {
 }
 
 TEST(FaultSpec, MalformedValuesAreNamedErrors) {
-  for (const char* bad : {"lmdb_commit", "commit:1:EIO", "lmdb_commit:0:EIO", "lmdb_commit:x:EIO",
-                          "lmdb_commit:1:EWHAT", "lmdb_commit:3-2:EIO", "lmdb_sync:1:EIO,"}) {
+  for (const char* bad :
+       {"lmdb_commit", "commit:1:EIO", "lmdb_commit:0:EIO", "lmdb_commit:x:EIO",
+        "lmdb_commit:1:EWHAT", "lmdb_commit:3-2:EIO", "lmdb_sync:1:EIO,", "lmdb_commit:1+:SLOW",
+        "lmdb_commit:1+:SLOW0", "lmdb_commit:1:SLOW9x", "lmdb_commit:1:SLOW60001"}) {
     auto r = parse_fault_spec(bad);
     ASSERT_FALSE(r) << bad;
     EXPECT_EQ(r.err().code(), errc::invalid_argument);
@@ -84,6 +87,28 @@ TEST(FaultSpec, FiresAtTheNthMatchingCallOnly) {
   EXPECT_EQ(env.fault(io_op::write, "/a/wanted/3"), EIO);
   EXPECT_EQ(env.fault(io_op::write, "/a/wanted/4"), 0);
   EXPECT_EQ(env.fired(), 2u);
+}
+
+// SLOW<ms>: a slow disk, not a failing one: the matching calls wait, then
+// succeed.
+TEST(FaultSpec, SlowRulesDelayTheMatchingCallsAndSucceed) {
+  auto rules = parse_fault_spec("lmdb_commit:2+:SLOW30:wanted");
+  ASSERT_TRUE(rules) << rules.err().to_string();
+  ASSERT_EQ(rules->size(), 1u);
+  EXPECT_EQ((*rules)[0].delay_ms, 30u);
+  EXPECT_EQ((*rules)[0].err, 0);
+  faulty_io_env env(std::move(*rules));
+  auto timed = [&env](std::string_view path) {
+    const auto start = std::chrono::steady_clock::now();
+    const int e = env.fault(io_op::lmdb_commit, path);
+    EXPECT_EQ(e, 0) << path;
+    return std::chrono::steady_clock::now() - start;
+  };
+  timed("/wanted/1");  // call 1: not delayed (no upper bound asserted: the machine is shared)
+  EXPECT_GE(timed("/wanted/2"), std::chrono::milliseconds(30));
+  EXPECT_GE(timed("/wanted/3"), std::chrono::milliseconds(30));
+  timed("/other");
+  EXPECT_EQ(env.fired(), 0u);  // nothing failed
 }
 
 TEST(LmdbFault, CommitFailureIsDiskFullNamingThePathAndKeepsThePreviousState) {
