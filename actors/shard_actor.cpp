@@ -129,7 +129,10 @@ caf::error push_local(shard_pointer self, push_request& req, push_reply& reply) 
        layout.record_bytes()},
       nullptr);
   if (!s) return to_caf(s.err());
-  if (duplicate) return {};
+  if (duplicate) {
+    maybe_flush(self);  // the lookup may have evicted dirty rows
+    return {};
+  }
   if (auto& sink = st.config.updates)
     sink->rows_updated(layout, unique,
                        {reinterpret_cast<const std::byte*>(reply.rows.records.data()) +

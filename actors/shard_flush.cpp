@@ -149,6 +149,10 @@ void fail_stop(shard_pointer self, const caf::error& cause) {
   st.parked_cold.clear();
   // Nothing more is written: the write-behind stops here and never grows.
   st.in_flight.clear();
+  if (auto& m = st.metrics; m.stalled_since) {  // held requests now get the error
+    m.write_behind_stall_seconds += st.config.clock->now_seconds() - *m.stalled_since;
+    m.stalled_since.reset();
+  }
 }
 
 namespace {
@@ -162,6 +166,11 @@ bool over_queue_bound(const shard_state& st) {
 
 bool write_behind_full(shard_pointer self) {
   auto& st = self->state;
+  if (st.fatal || !over_queue_bound(st)) return false;
+  // Whatever grew the queue (a read's install, a duplicate push's lookup)
+  // may not have sent a flush: send what can go now, so a held request
+  // always has a flush in flight to wait for.
+  maybe_flush(self);
   if (st.fatal || !over_queue_bound(st)) return false;
   auto& m = st.metrics;
   if (!m.stalled_since) {

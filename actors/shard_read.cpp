@@ -163,6 +163,7 @@ void read_done(shard_pointer self, uint64_t id, const std::vector<uint64_t>& key
                       << ": installing read rows failed: " << s.err().to_string() << "\n";
   }
   if (st.reads.empty()) st.flushed_at.clear();
+  maybe_flush(self);  // the install may have evicted dirty rows
   serve_ready(self);
 }
 

@@ -192,5 +192,48 @@ TEST_F(shard_read_fixture, PrefetchedRowsAreInstalledWhenTheReadReturns) {
   EXPECT_EQ(after.chain_hits[0], before.chain_hits[0] + 3);
 }
 
+// The write-behind's bound with reads off the shard's thread: a prefetch's
+// read comes back and its install evicts DRAM's dirty rows into the
+// write-behind, past the bound, while no flush is in flight and no pull
+// waits on that read. The install sends the flush (and a request held at
+// the bound sends whatever flush it can). Before, nothing sent one: the
+// next pull, and every later pull, push and write-back, stayed held.
+TEST_F(shard_read_fixture, ARequestHeldAtTheBoundAfterAReadsInstallStillGetsAFlushSent) {
+  auto cfg = strata::testing::test_shard_config(dir.path(), 1, table, 16);
+  cfg.max_queued_flush_batches = 1;  // 8 rows
+  auto spawned = spawn_shard(h.system(), cfg, gate);
+  ASSERT_TRUE(spawned) << spawned.err().to_string();
+  shard = *spawned;
+  // A request left held would keep its client alive and the actor system's
+  // destructor waiting: the shard is stopped at the end, pass or fail.
+  struct stop_at_end {
+    actor_harness& h;
+    shard_actor& shard;
+    ~stop_at_end() {
+      caf::anon_send_exit(shard, caf::exit_reason::user_shutdown);
+      h.sched().run();
+    }
+  } stop{h, shard};
+  push(0, 16, 1.0f);  // DRAM full of dirty rows
+  h.sched().run();    // every flush lands
+  const auto quiet = h.call<tier_stats>(shard, stats_atom::value);
+  ASSERT_EQ(quiet.flushes_in_flight, 0u);
+  std::vector<uint64_t> cold;
+  for (uint64_t k = 100; k < 140; ++k) cold.push_back(k);
+  h.system().spawn([this, cold](caf::event_based_actor* self) {
+    self->send(shard, prefetch_atom::value, cold);
+  });
+  h.sched().run();  // the read returns; its install evicts the dirty rows
+  // The install evicted the 16 dirty rows (at least a batch: the bound).
+  const auto installed = h.call<tier_stats>(shard, stats_atom::value);
+  EXPECT_GE(installed.evictions, quiet.evictions + 16) << "the install evicted too little";
+  EXPECT_EQ(installed.flushed_rows, quiet.flushed_rows + 16)
+      << "the evicted dirty rows were not flushed";
+  auto read = h.ask<pull_reply>(shard, pull_atom::value, std::vector<uint64_t>{0});
+  h.sched().run();
+  ASSERT_TRUE(read->value) << "a pull waited at the bound with no flush in flight";
+  EXPECT_EQ(weight(*read->value), 1.0f);
+}
+
 }  // namespace
 }  // namespace strata::actors
