@@ -621,9 +621,7 @@ shard_actor::behavior_type shard_behavior(shard_pointer self, shard_config confi
         out.write_behind_rows = chain.write_behind().size();
         out.write_behind_stalls = m.write_behind_stalls;
         out.write_behind_peak_rows = m.write_behind_peak_rows;
-        out.write_behind_stall_seconds = m.write_behind_stall_seconds;
-        if (m.stalled_since)
-          out.write_behind_stall_seconds += st.config.clock->now_seconds() - *m.stalled_since;
+        out.write_behind_stall_seconds = stall_seconds(st);
         out.mailbox_depth = self->mailbox().size();
         out.latencies = {make_snapshot("pull", m.pull), make_snapshot("push", m.push),
                          make_snapshot("flush", m.flush), make_snapshot("lmdb_read", m.lmdb_read),

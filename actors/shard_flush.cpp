@@ -4,6 +4,17 @@
 
 namespace strata::actors::shard_detail {
 
+double stall_seconds(const shard_state& st) {
+  const auto& m = st.metrics;
+  return m.write_behind_stall_seconds +
+         (m.stalled_since ? st.config.clock->now_seconds() - *m.stalled_since : 0.0);
+}
+
+void end_stall(shard_state& st) {
+  st.metrics.write_behind_stall_seconds = stall_seconds(st);
+  st.metrics.stalled_since.reset();
+}
+
 // Writes the admission sketch's counters (if any) and the TTL clock into the
 // shard's checkpoint directory. Errors name the file.
 caf::error write_cut_state(shard_state& st, const std::string& dir) {
@@ -149,10 +160,7 @@ void fail_stop(shard_pointer self, const caf::error& cause) {
   st.parked_cold.clear();
   // Nothing more is written: the write-behind stops here and never grows.
   st.in_flight.clear();
-  if (auto& m = st.metrics; m.stalled_since) {  // held requests now get the error
-    m.write_behind_stall_seconds += st.config.clock->now_seconds() - *m.stalled_since;
-    m.stalled_since.reset();
-  }
+  end_stall(st);  // held requests now get the error
 }
 
 namespace {
@@ -207,10 +215,7 @@ void maybe_flush(shard_pointer self) {
   }
   st.metrics.write_behind_peak_rows =
       std::max<uint64_t>(st.metrics.write_behind_peak_rows, wb.size());
-  if (auto& m = st.metrics; m.stalled_since && !over_queue_bound(st)) {
-    m.write_behind_stall_seconds += st.config.clock->now_seconds() - *m.stalled_since;
-    m.stalled_since.reset();
-  }
+  if (!over_queue_bound(st)) end_stall(st);
   if (st.draining && st.in_flight.empty() && wb.queued_rows() == 0 && st.cut) take_cut(self);
   if (st.erase_pending && st.in_flight.empty() && wb.queued_rows() == 0) erase_foreign(self);
   if (st.draining && st.in_flight.empty() && wb.queued_rows() == 0 && !st.drain_waiters.empty()) {

@@ -219,6 +219,10 @@ void maybe_flush(shard_pointer self);
 // and CAF offers it again after each message the shard handles, so it runs
 // once a flush has landed (maybe_flush ends the stall).
 bool write_behind_full(shard_pointer self);
+// Seconds held at the bound so far, the current stall included; end_stall
+// adds the current one to the total and ends it.
+double stall_seconds(const shard_state& st);
+void end_stall(shard_state& st);
 
 // --- reads off the shard's thread (shard_read.cpp) ---------------------------
 
