@@ -11,6 +11,15 @@
 // explicit parentheses in the documented order and the file is compiled with
 // -ffp-contract=off, so no multiply-add is fused: each + - * / and std::sqrt
 // is one correctly rounded IEEE operation.
+//
+// The SGD, Adagrad and Adam loops are vectorized (tiers/CMakeLists.txt: the
+// dynamic cost model, and -fno-math-errno, which lets std::sqrt become the
+// vector instruction). That changes no bit: every lane does the same
+// correctly rounded operations in the same order as the scalar code
+// (tests/tiers/optimizer_test.cpp compares wide rows with rows of width 1,
+// which run without a vector lane). For it, the rows are __restrict (a
+// record's weights, its state and the gradient never overlap) and the
+// configuration is read into locals before each loop.
 
 namespace strata {
 namespace {
@@ -41,26 +50,29 @@ void store_u32(float* word, uint32_t v) { std::memcpy(word, &v, sizeof v); }
 // computed (also for l2 = 0) so there is one code path to mirror.
 inline float regularized(float g, float w, float l2) { return g + (l2 * w); }
 
-void apply_sgd(const optimizer_config& c, uint32_t dim, float* w, const float* grad) {
+void apply_sgd(const optimizer_config& c, uint32_t dim, float* __restrict w,
+               const float* __restrict grad) {
+  const float l2 = c.l2, learning_rate = c.learning_rate;
   for (uint32_t i = 0; i < dim; ++i) {
-    const float g = regularized(grad[i], w[i], c.l2);
-    w[i] = w[i] - (c.learning_rate * g);
+    const float g = regularized(grad[i], w[i], l2);
+    w[i] = w[i] - (learning_rate * g);
   }
 }
 
-void apply_adagrad(const optimizer_config& c, uint32_t dim, float* w, float* acc,
-                   const float* grad) {
+void apply_adagrad(const optimizer_config& c, uint32_t dim, float* __restrict w,
+                   float* __restrict acc, const float* __restrict grad) {
+  const float l2 = c.l2, learning_rate = c.learning_rate, epsilon = c.epsilon;
   for (uint32_t i = 0; i < dim; ++i) {
-    const float g = regularized(grad[i], w[i], c.l2);
+    const float g = regularized(grad[i], w[i], l2);
     acc[i] = acc[i] + (g * g);
-    w[i] = w[i] - ((c.learning_rate * g) / (std::sqrt(acc[i]) + c.epsilon));
+    w[i] = w[i] - ((learning_rate * g) / (std::sqrt(acc[i]) + epsilon));
   }
 }
 
-void apply_adam(const optimizer_config& c, uint32_t dim, float* w, float* state,
-                const float* grad) {
-  float* m = state;
-  float* v = state + dim;
+void apply_adam(const optimizer_config& c, uint32_t dim, float* __restrict w, float* state,
+                const float* __restrict grad) {
+  float* __restrict m = state;
+  float* __restrict v = state + dim;
   float* step_word = state + 2 * size_t{dim};
   uint32_t t = load_u32(step_word);
   if (t != UINT32_MAX) ++t;  // saturates; beta^t is long 0 by then
@@ -70,19 +82,22 @@ void apply_adam(const optimizer_config& c, uint32_t dim, float* w, float* state,
   const float bias2 = static_cast<float>(1.0 - power(c.beta2, t));
   const float one_minus_beta1 = 1.0f - c.beta1;
   const float one_minus_beta2 = 1.0f - c.beta2;
+  const float l2 = c.l2, beta1 = c.beta1, beta2 = c.beta2;
+  const float learning_rate = c.learning_rate, epsilon = c.epsilon;
   for (uint32_t i = 0; i < dim; ++i) {
-    const float g = regularized(grad[i], w[i], c.l2);
-    m[i] = (c.beta1 * m[i]) + (one_minus_beta1 * g);
-    v[i] = (c.beta2 * v[i]) + (one_minus_beta2 * (g * g));
+    const float g = regularized(grad[i], w[i], l2);
+    m[i] = (beta1 * m[i]) + (one_minus_beta1 * g);
+    v[i] = (beta2 * v[i]) + (one_minus_beta2 * (g * g));
     const float m_hat = m[i] / bias1;
     const float v_hat = v[i] / bias2;
-    w[i] = w[i] - ((c.learning_rate * m_hat) / (std::sqrt(v_hat) + c.epsilon));
+    w[i] = w[i] - ((learning_rate * m_hat) / (std::sqrt(v_hat) + epsilon));
   }
 }
 
 inline float sign_of(float x) { return x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : 0.0f); }
 
 // The FTRL-Proximal closed form for one coordinate given z and sqrt(n).
+// (Its branch keeps FTRL's loop scalar: GCC does not if-convert it.)
 inline float ftrl_weight(const optimizer_config& c, float z, float sqrt_n) {
   if (std::fabs(z) <= c.ftrl_l1) return 0.0f;
   const float numerator = z - (sign_of(z) * c.ftrl_l1);
@@ -90,10 +105,10 @@ inline float ftrl_weight(const optimizer_config& c, float z, float sqrt_n) {
   return -(numerator / denominator);
 }
 
-void apply_ftrl(const optimizer_config& c, uint32_t dim, float* w, float* state,
-                const float* grad) {
-  float* z = state;
-  float* n = state + dim;
+void apply_ftrl(const optimizer_config& c, uint32_t dim, float* __restrict w, float* state,
+                const float* __restrict grad) {
+  float* __restrict z = state;
+  float* __restrict n = state + dim;
   for (uint32_t i = 0; i < dim; ++i) {
     const float g = grad[i];
     const float n_new = n[i] + (g * g);

@@ -444,5 +444,67 @@ TEST(InitOptimizerState, ServingLayoutIsANoOp) {
   for (std::byte b : rec) EXPECT_EQ(b, std::byte{0xAB});
 }
 
+// --- Vectorized loops ----------------------------------------------------------
+
+// The update loops are vectorized (tiers/CMakeLists.txt); a lane must round
+// exactly as the scalar code does. Reference: the same rules applied to
+// `dim` rows of width 1, which the loops run without a vector lane. Every
+// width up to 67 (vector bodies, remainders, both), every optimizer, with
+// L2 and FTRL's L1 on, over several steps of gradients of mixed sign and
+// magnitude (zeros, tiny and large ones included).
+TEST(VectorizedOptimizer, EveryLaneRoundsAsTheScalarCode) {
+  for (auto kind :
+       {optimizer_kind::sgd, optimizer_kind::adagrad, optimizer_kind::adam, optimizer_kind::ftrl}) {
+    auto c = config_for(kind);
+    c.learning_rate = 0.05f;
+    c.l2 = 1e-3f;
+    c.ftrl_l1 = 0.02f;
+    c.ftrl_l2 = 0.5f;
+    uint32_t seed = 12345;
+    auto next = [&seed] {
+      seed = seed * 1664525u + 1013904223u;
+      const float unit = float(seed >> 8) / float(1u << 24);  // [0, 1)
+      switch (seed % 8) {
+        case 0:
+          return 0.0f;
+        case 1:
+          return (unit - 0.5f) * 1e-30f;
+        case 2:
+          return (unit - 0.5f) * 1e4f;
+        default:
+          return unit - 0.5f;
+      }
+    };
+    for (uint32_t dim = 1; dim <= 67; ++dim) {
+      std::vector<float> w(dim);
+      for (float& x : w) x = next();
+      test_row wide(c, w);
+      std::vector<test_row> narrow;
+      for (uint32_t i = 0; i < dim; ++i) narrow.emplace_back(c, std::vector<float>{w[i]});
+      std::vector<float> g(dim);
+      for (int step = 0; step < 5; ++step) {
+        for (float& x : g) x = next();
+        apply_optimizer(c, wide.layout, wide.record(), g.data());
+        for (uint32_t i = 0; i < dim; ++i)
+          apply_optimizer(c, narrow[i].layout, narrow[i].record(), &g[i]);
+      }
+      // The state: arrays of dim floats (Adagrad 1, Adam 2 then its step
+      // counter, FTRL 2), coordinate i of each against the narrow row's.
+      const uint32_t arrays = kind == optimizer_kind::adam ? 2 : narrow[0].layout.state_words();
+      for (uint32_t i = 0; i < dim; ++i) {
+        EXPECT_EQ(bits(wide.w(i)), bits(narrow[i].w(0)))
+            << to_string(kind) << " dim " << dim << " weight " << i;
+        for (uint32_t a = 0; a < arrays; ++a) {
+          EXPECT_EQ(bits(wide.state(a * dim + i)), bits(narrow[i].state(a)))
+              << to_string(kind) << " dim " << dim << " state array " << a << " coordinate " << i;
+        }
+      }
+      if (kind == optimizer_kind::adam) {
+        EXPECT_EQ(adam_step(wide.layout, wide.record()), 5u) << "dim " << dim;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace strata
