@@ -229,8 +229,7 @@ TEST(Gateway, EveryPushAcknowledgedBeforeTheStopIsInTheFinalCheckpoint) {
 
   constexpr int threads = 4;
   std::atomic<bool> go{true};
-  std::atomic<int> started{0};
-  std::vector<int> acked(threads, 0);
+  std::vector<std::atomic<int>> acked(threads);
   std::vector<std::string> refusals(threads);
   std::vector<std::thread> pool;
   for (int t = 0; t < threads; ++t)
@@ -238,7 +237,6 @@ TEST(Gateway, EveryPushAcknowledgedBeforeTheStopIsInTheFinalCheckpoint) {
       client::client_options o;
       o.replicas = {{"127.0.0.1", port}};
       auto mine = client::serving_client::connect(o);
-      ++started;
       if (!mine) return;
       // Keys of both shards, one pair per thread.
       const std::vector<uint64_t> k = {uint64_t(100 + 2 * t), uint64_t(101 + 2 * t)};
@@ -252,7 +250,16 @@ TEST(Gateway, EveryPushAcknowledgedBeforeTheStopIsInTheFinalCheckpoint) {
         ++acked[t];
       }
     });
-  while (started < threads) std::this_thread::sleep_for(1ms);
+  // Every thread has had a push acknowledged (on a loaded machine one can
+  // be slow to get its first), then a little more traffic, then the stop.
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  auto all_acked = [&] {
+    for (auto& a : acked)
+      if (a.load() == 0) return false;
+    return true;
+  };
+  while (!all_acked() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(1ms);
   std::this_thread::sleep_for(300ms);
   s.process->signal(SIGTERM);
   auto rc = s.process->wait_exit(60s);
@@ -262,8 +269,8 @@ TEST(Gateway, EveryPushAcknowledgedBeforeTheStopIsInTheFinalCheckpoint) {
   EXPECT_EQ(*rc, 0) << s.process->output();
   int total = 0;
   for (int t = 0; t < threads; ++t) {
-    EXPECT_GT(acked[t], 0) << "thread " << t << ": " << refusals[t];
-    total += acked[t];
+    EXPECT_GT(acked[t].load(), 0) << "thread " << t << ": " << refusals[t];
+    total += acked[t].load();
   }
   ASSERT_GT(total, 0);
 
@@ -275,9 +282,9 @@ TEST(Gateway, EveryPushAcknowledgedBeforeTheStopIsInTheFinalCheckpoint) {
     auto rows = again.client->lookup("emb", k);
     ASSERT_TRUE(rows) << rows.err().to_string();
     for (float w : rows->weights)
-      EXPECT_EQ(w, -float(acked[t])) << "thread " << t << ": " << acked[t]
-                                     << " pushes acknowledged (last refusal: " << refusals[t]
-                                     << ")";
+      EXPECT_EQ(w, -float(acked[t].load()))
+          << "thread " << t << ": " << acked[t].load()
+          << " pushes acknowledged (last refusal: " << refusals[t] << ")";
   }
   again.client.reset();
   again.process->signal(SIGTERM);
