@@ -8,6 +8,7 @@
 #include <benchmark/benchmark.h>
 
 #include <cstddef>
+#include <string>
 #include <vector>
 
 #include "tiers/optimizer.hpp"

@@ -12,8 +12,8 @@
 #include <signal.h>
 #include <sys/wait.h>
 
-#include <boost/asio.hpp>
 #include <atomic>
+#include <boost/asio.hpp>
 #include <chrono>
 #include <fstream>
 #include <thread>
@@ -22,6 +22,7 @@
 #include "client/client.hpp"
 #include "client/ucx_client.hpp"
 #include "common/child_process.hpp"
+#include "tests/deploy/process_util.hpp"
 #include "tests/sanitize/runtime_preload.hpp"
 #include "tests/tiers/test_util.hpp"
 
@@ -252,14 +253,13 @@ TEST(Gateway, EveryPushAcknowledgedBeforeTheStopIsInTheFinalCheckpoint) {
     });
   // Every thread has had a push acknowledged (on a loaded machine one can
   // be slow to get its first), then a little more traffic, then the stop.
-  const auto deadline = std::chrono::steady_clock::now() + 60s;
-  auto all_acked = [&] {
-    for (auto& a : acked)
-      if (a.load() == 0) return false;
-    return true;
-  };
-  while (!all_acked() && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(1ms);
+  poll_until(
+      [&] {
+        for (auto& a : acked)
+          if (a.load() == 0) return false;
+        return true;
+      },
+      60);
   std::this_thread::sleep_for(300ms);
   s.process->signal(SIGTERM);
   auto rc = s.process->wait_exit(60s);
