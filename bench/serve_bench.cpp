@@ -23,6 +23,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "bench/serve_clients.hpp"
 #include "client/client.hpp"
 #include "client/ucx_client.hpp"
 #include "serving/binary_server.hpp"
@@ -38,24 +39,6 @@ namespace asio = boost::asio;
 using asio::ip::tcp;
 using bench_clock = std::chrono::steady_clock;
 constexpr uint32_t dim = 64;
-
-uint64_t key_of(uint64_t i) {  // splitmix64: real 64-bit keys
-  uint64_t z = i + 0x9e3779b97f4a7c15ull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-// `count` batches of `batch` keys drawn uniformly from the `rows` loaded
-// rows, the same for the same seed.
-std::vector<std::vector<uint64_t>> random_batches(uint64_t rows, uint32_t batch, size_t count,
-                                                  uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<std::vector<uint64_t>> batches(count, std::vector<uint64_t>(batch));
-  for (auto& b : batches)
-    for (auto& k : b) k = key_of(rng() % rows);
-  return batches;
-}
 
 // One system's samples over the rounds of a batch size.
 struct samples {
@@ -291,49 +274,6 @@ class loopback_stream {
   std::thread thread_;
 };
 
-// Several clients at once: `lookups[0..clients)` each run on their own
-// thread (each owns its connection) for about `seconds`, starting together;
-// returns the keys/s of all of them together. An exception on a client's
-// thread is rethrown here.
-using lookup_fn = std::function<void(const std::vector<uint64_t>&)>;
-double concurrent_keys_per_s(std::vector<lookup_fn>& lookups, size_t clients, uint32_t batch,
-                             uint64_t rows, double seconds) {
-  std::atomic<uint64_t> keys{0};
-  std::atomic<size_t> ready{0};
-  std::atomic<bool> go{false};
-  std::vector<std::exception_ptr> errors(clients);
-  std::vector<std::thread> threads;
-  for (size_t c = 0; c < clients; ++c) {
-    threads.emplace_back([&, c] {
-      try {
-        const auto batches = random_batches(rows, batch, 16, uint64_t(batch) * 131 + c);
-        lookups[c](batches[0]);  // a warm connection
-        ready.fetch_add(1);
-        while (!go.load()) std::this_thread::yield();
-        const auto t0 = bench_clock::now();
-        uint64_t mine = 0;
-        for (size_t i = 0; std::chrono::duration<double>(bench_clock::now() - t0).count() < seconds;
-             ++i) {
-          lookups[c](batches[i % batches.size()]);
-          mine += batch;
-        }
-        keys.fetch_add(mine);
-      } catch (...) {
-        errors[c] = std::current_exception();
-        ready.fetch_add(1);
-      }
-    });
-  }
-  while (ready.load() < clients) std::this_thread::sleep_for(std::chrono::microseconds(100));
-  const auto start = bench_clock::now();
-  go.store(true);
-  for (auto& t : threads) t.join();
-  const double took = std::chrono::duration<double>(bench_clock::now() - start).count();
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
-  return double(keys.load()) / took;
-}
-
 }  // namespace
 
 void run_serve_bench(const serve_bench_options& o, bench_report& report) {
@@ -344,7 +284,7 @@ void run_serve_bench(const serve_bench_options& o, bench_report& report) {
   std::vector<uint64_t> keys(rows);
   std::vector<float> weights(rows * dim);
   for (uint64_t i = 0; i < rows; ++i) {
-    keys[i] = key_of(i);
+    keys[i] = serve_key_of(i);
     for (uint32_t d = 0; d < dim; ++d) weights[i * dim + d] = float(i % 1000) * 0.001f + float(d);
   }
   const std::vector<uint64_t> versions(rows, make_version(1, 1));
@@ -581,6 +521,9 @@ void run_serve_bench(const serve_bench_options& o, bench_report& report) {
   ucx_default->reset();
   ucx_default_endpoint.stop();
   server.stop();
+  run_serve_misses_bench(rows, seconds, rounds,
+                         o.small ? std::vector<size_t>{2} : std::vector<size_t>{2, 4}, o.work_dir,
+                         report);
 }
 
 }  // namespace strata::bench

@@ -21,7 +21,9 @@
 // serving_client::lookup_pipelined, up to 4 in flight; baseline
 // loopback_stream), serve_keys_per_s_b1024_clientsN (N clients at once, each
 // on its own connection and thread; baselines serve_1_client, one client in
-// the same rounds, and redis_mget_same_clients, Redis with N connections).
+// the same rounds, and redis_mget_same_clients, Redis with N connections),
+// serve_misses_keys_per_s_b1024_clientsN (the same on a table whose lookups
+// mostly miss the cache and DRAM: bench/serve_clients.hpp).
 // Batches draw keys uniformly from the
 // loaded rows; every row is cache-resident after the first pass.
 #pragma once

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <cstring>
 #include <fstream>
 #include <mutex>
@@ -34,6 +35,13 @@ status run_cache_call(const std::function<void(cache_completion)>& call) {
 std::vector<uint32_t>& miss_scratch() {
   thread_local std::vector<uint32_t> misses;
   return misses;
+}
+
+// The rows fetch_misses() found for the cache's misses: the calling thread's
+// own, no allocation once grown.
+std::vector<std::byte>& found_scratch() {
+  thread_local std::vector<std::byte> found;
+  return found;
 }
 
 // What prepare_directory may delete: the marker and LMDB's two files.
@@ -140,9 +148,62 @@ struct serving_store::impl {
   // lookup).
   row_buffer pending;
   std::atomic<bool> queued{false};
-  // Scratch buffers reused across calls (exclusive lock).
+  // Scratch buffer reused across calls (exclusive lock).
   std::vector<std::byte> records;
-  std::vector<std::byte> found;  // fetch_misses()'s rows
+
+  // A lookup's misses run under the shared lock too (lookup()). The DRAM
+  // tier (whose lookups stamp LRU ticks and count), the promotion into it
+  // and the queue of cache inserts are taken in turn under `miss_mutex`;
+  // the LMDB reads in between run side by side, each through a handle of
+  // its own (its own MDB_NOTLS read transaction) lent from `idle_readers`.
+  // Exclusive holders use `dram` and `lmdb` directly (no shared holder can
+  // be inside a miss then).
+  std::mutex miss_mutex;
+  lmdb_tier_config reader_config;  // the store's environment, shared_handle
+  std::mutex readers_mutex;
+  std::condition_variable reader_returned;
+  std::vector<std::unique_ptr<lmdb_tier>> idle_readers;
+  size_t reader_handles = 0;  // opened: idle or lent
+  // LMDB gives each open read transaction a slot of its reader table (126 by
+  // default); a connection thread holds one handle at most, and beyond this
+  // many concurrent misses the reads queue for a handle.
+  static constexpr size_t max_reader_handles = 16;
+
+  // A read handle lent to one lookup's misses, given back when it goes.
+  struct lent_reader {
+    impl* owner = nullptr;
+    std::unique_ptr<lmdb_tier> handle;
+    lent_reader() = default;
+    lent_reader(impl* o, std::unique_ptr<lmdb_tier> h) : owner(o), handle(std::move(h)) {}
+    lent_reader(lent_reader&&) = default;
+    ~lent_reader() {
+      if (!handle) return;
+      std::lock_guard lock(owner->readers_mutex);
+      owner->idle_readers.push_back(std::move(handle));
+      owner->reader_returned.notify_one();
+    }
+  };
+
+  expected<lent_reader> borrow_reader() {
+    std::unique_lock lock(readers_mutex);
+    reader_returned.wait(
+        lock, [&] { return !idle_readers.empty() || reader_handles < max_reader_handles; });
+    if (!idle_readers.empty()) {
+      lent_reader lent(this, std::move(idle_readers.back()));
+      idle_readers.pop_back();
+      return lent;
+    }
+    ++reader_handles;
+    lock.unlock();
+    auto opened = lmdb_tier::open(layout, reader_config);
+    if (!opened) {
+      lock.lock();
+      --reader_handles;
+      reader_returned.notify_one();
+      return opened.err();
+    }
+    return lent_reader(this, std::move(*opened));
+  }
 
   size_t record_bytes() const { return layout.record_bytes(); }
 
@@ -196,7 +257,8 @@ struct serving_store::impl {
     cache_hits = counts.hits;
     misses.resize(counts.misses);
     if (misses.empty()) return {};
-    STRATA_TRY(fetch_misses(keys, misses, fetched));
+    auto& found = found_scratch();
+    STRATA_TRY(fetch_misses(keys, misses, found, fetched));
     for (size_t j = 0; j < misses.size(); ++j)
       std::memcpy(out + size_t{misses[j]} * rb, found.data() + j * rb, rb);
     return {};
@@ -205,25 +267,33 @@ struct serving_store::impl {
   // The rows of the cache's misses (`misses`: positions in keys) from
   // DRAM, then LMDB (promoted to DRAM), else the default row, into `found`
   // (one record per miss, in order); those found below the cache (not
-  // defaults) are appended to `fetched`.
+  // defaults) are appended to `fetched`. Safe under the store's lock held
+  // shared (see miss_mutex) or exclusively.
   status fetch_misses(std::span<const uint64_t> keys, std::span<const uint32_t> misses,
-                      row_buffer& fetched) {
+                      std::vector<std::byte>& found, row_buffer& fetched) {
     const size_t rb = record_bytes();
     std::vector<uint64_t> miss_keys(misses.size());
     for (size_t j = 0; j < misses.size(); ++j) miss_keys[j] = keys[misses[j]];
     found.resize(miss_keys.size() * rb);
     std::vector<uint32_t> dram_misses;
-    STRATA_TRY(dram->lookup(miss_keys, rows_span{found.data(), rb}, dram_misses));
-    stats.dram_hits += miss_keys.size() - dram_misses.size();
+    {
+      std::lock_guard turn(miss_mutex);
+      STRATA_TRY(dram->lookup(miss_keys, rows_span{found.data(), rb}, dram_misses));
+    }
     std::vector<uint8_t> is_default(miss_keys.size(), 0);
+    size_t lmdb_hits = 0, defaults = 0;
     if (!dram_misses.empty()) {
       std::vector<uint64_t> lower_keys(dram_misses.size());
       for (size_t j = 0; j < dram_misses.size(); ++j) lower_keys[j] = miss_keys[dram_misses[j]];
       std::vector<std::byte> lower(lower_keys.size() * rb);
       std::vector<uint32_t> lmdb_misses;
-      STRATA_TRY(lmdb->lookup(lower_keys, rows_span{lower.data(), rb}, lmdb_misses));
-      stats.lmdb_hits += lower_keys.size() - lmdb_misses.size();
-      stats.defaults += lmdb_misses.size();
+      {
+        auto reader = borrow_reader();
+        if (!reader) return reader.err();
+        STRATA_TRY(reader->handle->lookup(lower_keys, rows_span{lower.data(), rb}, lmdb_misses));
+      }
+      lmdb_hits = lower_keys.size() - lmdb_misses.size();
+      defaults = lmdb_misses.size();
       size_t next_miss = 0;
       row_buffer promote(layout);
       for (size_t j = 0; j < lower_keys.size(); ++j) {
@@ -238,9 +308,18 @@ struct serving_store::impl {
         }
       }
       if (!promote.empty()) {
+        // Rows read while the store is locked (shared or not): no update
+        // can have landed since, so promoting them is never stale.
+        std::lock_guard turn(miss_mutex);
         row_buffer spilled(layout);  // clean rows: a spill is dropped
         STRATA_TRY(dram->store(promote.keys(), promote.rows(), false, spilled));
       }
+    }
+    {
+      std::lock_guard counters(stats_mutex);
+      stats.dram_hits += miss_keys.size() - dram_misses.size();
+      stats.lmdb_hits += lmdb_hits;
+      stats.defaults += defaults;
     }
     for (size_t j = 0; j < miss_keys.size(); ++j)
       if (!is_default[j]) fetched.append(miss_keys[j], found.data() + j * rb);
@@ -296,6 +375,8 @@ expected<std::unique_ptr<serving_store>> serving_store::open(serving_store_confi
   auto lmdb = lmdb_tier::open(layout, lc);
   if (!lmdb) return lmdb.err();
   p->lmdb = std::move(*lmdb);
+  p->reader_config = lc;
+  p->reader_config.shared_handle = true;
   dram_tier_config dc;
   dc.capacity_bytes =
       std::max(config.dram_bytes, dram_tier::budget_for_rows(layout, eviction_policy::lru, 64));
@@ -401,9 +482,10 @@ status serving_store::lookup(std::span<const uint64_t> keys, lookup_result& out)
     versions = reinterpret_cast<std::byte*>(out.versions.data());
     weights = reinterpret_cast<std::byte*>(out.weights.data());
   }
-  // The cache's part runs under a shared lock where the backend allows
-  // concurrent queries: lookups that hit (a warm cache's common case) run
-  // side by side. Misses need DRAM, LMDB and cache inserts: exclusive.
+  // The whole lookup runs under a shared lock where the backend allows
+  // concurrent queries: lookups run side by side, their misses' DRAM parts
+  // in turn (fetch_misses). Only a synchronous cache insert (a cold cache)
+  // takes the store exclusively, after the rows are in the result.
   const bool concurrent = s.cache->concurrent_queries();
   std::shared_lock reader(s.mutex, std::defer_lock);
   std::unique_lock writer(s.mutex, std::defer_lock);
@@ -436,28 +518,34 @@ status serving_store::lookup(std::span<const uint64_t> keys, lookup_result& out)
     if (n > 0) s.count(counts.hits, n);
   }
   if (misses.empty()) return {};
+  // The misses run under the same lock (fetch_misses: DRAM in turn, LMDB
+  // side by side), so lookups that hit go on beside them and no update
+  // lands within a lookup.
+  row_buffer fetched(s.layout);
+  auto& found = found_scratch();
+  STRATA_TRY(s.fetch_misses(keys, misses, found, fetched));
+  for (size_t j = 0; j < misses.size(); ++j)
+    copy_version_and_weights(found.data() + j * rb, dim, misses[j], versions, weights);
+  if (fetched.empty()) return {};
+  {
+    std::lock_guard turn(s.miss_mutex);
+    for (size_t i = 0; i < fetched.size(); ++i) s.pending.append(fetched.key(i), fetched.record(i));
+    s.queued = true;
+  }
+  {
+    std::lock_guard counters(s.stats_mutex);
+    (async ? s.stats.async_inserts : s.stats.sync_inserts) += fetched.size();
+  }
+  if (async) return {};
+  // A cold cache fills before the reply: the queue (these rows, and any
+  // queued before them) goes in under the exclusive lock. An update landing
+  // between the two locks inserts the queue first (apply_updates), so no
+  // row older than an update reaches the cache.
   if (concurrent) {
-    // Between the two locks an update may land; the misses are then read
-    // from DRAM and LMDB, which it wrote through, so they are no older.
     reader.unlock();
     writer.lock();
   }
-  row_buffer fetched(s.layout);
-  STRATA_TRY(s.fetch_misses(keys, misses, fetched));
-  for (size_t j = 0; j < misses.size(); ++j)
-    copy_version_and_weights(s.found.data() + j * rb, dim, misses[j], versions, weights);
-  if (!fetched.empty()) {
-    if (async) {
-      for (size_t i = 0; i < fetched.size(); ++i)
-        s.pending.append(fetched.key(i), fetched.record(i));
-      s.queued = true;
-      s.stats.async_inserts += fetched.size();
-    } else {
-      STRATA_TRY(s.cache_insert(fetched.keys(), fetched.record(0)));
-      s.stats.sync_inserts += fetched.size();
-    }
-  }
-  return {};
+  return s.insert_pending();
 }
 
 status serving_store::prefetch(std::span<const uint64_t> keys) {

@@ -28,11 +28,13 @@
 // resident (queued cache inserts are done first, so an older queued row
 // can never land over a newer update).
 //
-// Thread-safe. Lookups run concurrently as far as the cache answers them
-// (a backend with concurrent_queries(): the CPU one), under a shared lock;
-// a lookup's misses (DRAM, LMDB, cache inserts) and every other call hold
-// the store exclusively. A lookup is consistent per row, not across its
-// rows: an update may land between its hits and its misses.
+// Thread-safe. Lookups run concurrently (a backend with
+// concurrent_queries(): the CPU one) under a shared lock, misses included:
+// their DRAM reads and promotions and the queueing of cache inserts take
+// turns, their LMDB reads run side by side, each in a read transaction of
+// its own. A synchronous cache insert and every other call (updates,
+// prefetch, queued inserts, key listing) hold the store exclusively, so no
+// update lands within a lookup: a lookup sees one state of the table.
 #pragma once
 
 #include <cstdint>

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <random>
 #include <thread>
+#include <unordered_map>
 
 #include "client/client.hpp"
 #include "client/frame_socket.hpp"
@@ -157,6 +158,7 @@ TEST(ServingConcurrency, LookupsDuringUpdatesNeverSeeATornRow) {
   for (int r = 0; r < 2; ++r)
     readers.emplace_back([&, r] {
       std::mt19937_64 rng(r);
+      std::unordered_map<uint64_t, uint64_t> newest_seen;  // a row never goes back
       lookup_result rows;
       rows.encoded = r == 0;
       for (uint64_t round = 0; !updates_done || round < 50; ++round) {
@@ -220,6 +222,11 @@ class watched_cache final : public cache_backend {
   std::atomic<int> overlaps_with_others{0};  // a non-query call beside any other call
   std::atomic<bool> hold_queries{false};
   std::atomic<bool> pair_reached{false};
+  // Holds the next query to enter until *flag is true or 10 s pass;
+  // released_by_flag says which it was.
+  std::atomic<std::atomic<bool>*> hold_next_until{nullptr};
+  std::atomic<bool> held_one{false};
+  std::atomic<bool> released_by_flag{false};
 
   memory_kind memory() const override { return inner_.memory(); }
   const row_layout& layout() const override { return inner_.layout(); }
@@ -271,6 +278,13 @@ class watched_cache final : public cache_backend {
     while (now > most && !most_queries_inside.compare_exchange_weak(most, now)) {
     }
     if (now >= 2) pair_reached = true;
+    if (std::atomic<bool>* flag = hold_next_until.exchange(nullptr)) {
+      held_one = true;
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (!flag->load() && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      released_by_flag = flag->load();
+    }
     if (hold_queries) {
       const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
       while (!pair_reached && std::chrono::steady_clock::now() < deadline)
@@ -303,8 +317,10 @@ struct watched_store {
   static constexpr uint32_t dim = 16;
 
   // `rows` keys written by an update; a cache of `cache_sets` sets of 32.
-  watched_store(bool concurrent, uint64_t rows, uint32_t cache_sets) {
-    const serving_store_config c = small_store_config(dir, dim);
+  watched_store(bool concurrent, uint64_t rows, uint32_t cache_sets,
+                double async_insert_hit_rate = serving_store_config{}.async_insert_hit_rate) {
+    serving_store_config c = small_store_config(dir, dim);
+    c.async_insert_hit_rate = async_insert_hit_rate;
     const row_layout layout{dim, optimizer_kind::sgd, false};
     auto owned = std::make_unique<watched_cache>(layout, cache_geometry{cache_sets, 1}, concurrent);
     cache = owned.get();
@@ -350,6 +366,50 @@ TEST(ServingConcurrency, LookupsThatHitRunSideBySide) {
   EXPECT_EQ(stats.cache_hits, 2 * t.keys.size());
 }
 
+// A lookup whose misses go down to LMDB completes while another lookup of
+// the table is inside the cache's query (so holding the store's lock
+// shared). Before, a lookup took the store exclusively for its misses: it
+// waited for the held query, which waited for it, until the hold ran out.
+TEST(ServingConcurrency, ALookupThatMissesRunsBesideALookupInTheCache) {
+  // 256 cache slots, DRAM for 64 rows; inserts always queued (a synchronous
+  // one takes the store exclusively, by design).
+  watched_store t(true, 200, 8, /*async_insert_hit_rate=*/0.0);
+  const std::vector<uint64_t> hot(t.keys.begin(), t.keys.begin() + 32);
+  lookup_result warm;
+  ASSERT_TRUE(t.service.lookup("ads", hot, warm).has_value());
+  t.service.finish_request();  // the queued rows go into the cache
+  std::atomic<bool> cold_done{false};
+  t.cache->hold_next_until = &cold_done;
+  std::atomic<int> wrong{0};
+  std::thread holder([&] {
+    lookup_result rows;
+    if (!t.service.lookup("ads", hot, rows)) ++wrong;
+    for (size_t i = 0; i < hot.size(); ++i)
+      if (rows.version(i) != 1 || first_torn(rows.row_weights(i), t.dim, hot[i], 1) != t.dim)
+        ++wrong;
+  });
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!t.cache->held_one && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_TRUE(t.cache->held_one.load()) << "the holding lookup never reached the cache";
+  const std::vector<uint64_t> cold(t.keys.begin() + 100, t.keys.end());  // never read: LMDB
+  lookup_result rows;
+  rows.encoded = true;
+  const auto before = t.service.stats().at("ads");
+  ASSERT_TRUE(t.service.lookup("ads", cold, rows).has_value());
+  cold_done = true;
+  holder.join();
+  EXPECT_TRUE(t.cache->released_by_flag.load())
+      << "the lookup with misses waited for the one inside the cache";
+  EXPECT_EQ(wrong.load(), 0);
+  for (size_t i = 0; i < cold.size(); ++i) {
+    EXPECT_EQ(rows.version(i), 1u) << "key " << cold[i];
+    EXPECT_EQ(first_torn(rows.row_weights(i), t.dim, cold[i], 1), t.dim) << "key " << cold[i];
+  }
+  const auto after = t.service.stats().at("ads");
+  EXPECT_EQ(after.lmdb_hits - before.lmdb_hits, cold.size());
+}
+
 // Lookups with misses (inserting into the cache), updates and queued
 // inserts from several threads: no insert, update or dump ever runs beside
 // another call into the cache; a backend that does not allow concurrent
@@ -358,11 +418,12 @@ TEST(ServingConcurrency, LookupsThatHitRunSideBySide) {
 void hammer(bool concurrent) {
   watched_store t(concurrent, 300, 2);  // 64 slots for 300 keys: most lookups miss
   std::atomic<bool> done{false};
-  std::atomic<uint64_t> rows_read{0}, bad{0};
+  std::atomic<uint64_t> rows_read{0}, bad{0}, went_back{0};
   std::vector<std::thread> threads;
   for (int r = 0; r < 3; ++r)
     threads.emplace_back([&, r] {
       std::mt19937_64 rng(r);
+      std::unordered_map<uint64_t, uint64_t> newest_seen;  // a row never goes back
       lookup_result rows;
       rows.encoded = r % 2 == 0;
       for (int round = 0; !done || round < 100; ++round) {
@@ -370,10 +431,14 @@ void hammer(bool concurrent) {
         for (auto& k : asked) k = t.keys[rng() % (round % 3 == 0 ? t.keys.size() : 40)];
         if (!t.service.lookup("ads", asked, rows)) ++bad;
         t.service.finish_request();
-        for (size_t i = 0; i < asked.size(); ++i, ++rows_read)
+        for (size_t i = 0; i < asked.size(); ++i, ++rows_read) {
           if (rows.version(i) == 0 ||
               first_torn(rows.row_weights(i), t.dim, asked[i], rows.version(i)) != t.dim)
             ++bad;
+          uint64_t& newest = newest_seen[asked[i]];
+          if (rows.version(i) < newest) ++went_back;
+          newest = std::max(newest, rows.version(i));
+        }
       }
     });
   for (uint64_t v = 2; v <= 60; ++v) {
@@ -386,6 +451,7 @@ void hammer(bool concurrent) {
   done = true;
   for (auto& th : threads) th.join();
   EXPECT_EQ(bad.load(), 0u) << "of " << rows_read.load() << " rows read";
+  EXPECT_EQ(went_back.load(), 0u) << "rows read older than one read before them";
   EXPECT_GT(rows_read.load(), 0u);
   EXPECT_EQ(t.cache->overlaps_with_others.load(), 0);
   if (!concurrent) EXPECT_EQ(t.cache->most_queries_inside.load(), 1);
