@@ -15,7 +15,8 @@
 //
 // The embedding cache's lookup (cpu_cache::query_weights, what a serving
 // lookup runs for its hits) is measured the same way against raw_gather:
-// `cache_query_dim64`, the cache twice the rows' size, every key resident.
+// `cache_query_dim64`, the cache twice the rows' size, every key resident;
+// its insert of newer copies of resident rows as `cache_insert_dim64`.
 //
 // Each structure is built, measured and freed before the next one, so the
 // peak memory is one structure (~6 GB at the full sizes).
@@ -421,6 +422,38 @@ void bench_cache_query(uint32_t dim, uint64_t n, double seconds, bench_report& r
   report.add({name, rate, "rows/s", "raw_gather", raw});
 }
 
+// A cache tier's fill of rows it holds an older copy of (a refreshed row, a
+// pull that raced a write-back): every key resident, each batch's copy one
+// version newer, so every row replaces its slot's. The version is written
+// into the batch's 4096 records per call (timed, in cache: small beside the
+// inserts' random slots).
+void bench_cache_insert(uint32_t dim, uint64_t n, double seconds, bench_report& report) {
+  const row_layout layout{dim, optimizer_kind::sgd, false};
+  const std::string name = "cache_insert_dim" + std::to_string(dim);
+  const double raw = raw_gather_rows_per_s(dim, n, seconds, 5);
+  auto cache = build_cache(n, layout);
+  std::vector<std::byte> records(batch_size * layout.record_bytes());
+  for (size_t i = 0; i < batch_size; ++i)
+    for (uint32_t j = 0; j < dim; ++j)
+      weights_of(records.data() + i * layout.record_bytes())[j] = float(j);
+  std::vector<uint64_t> evicted_keys(batch_size);
+  std::vector<std::byte> evicted(batch_size * layout.record_bytes());
+  uint64_t version = 1;
+  batch_source batches(n, true, 4);
+  const double rate = resident_rows_per_second(batches, seconds, [&](const batch_source& b) {
+    ++version;
+    for (size_t i = 0; i < b.keys().size(); ++i)
+      meta_of(records.data() + i * layout.record_bytes()) = row_meta{version, 0, 0};
+    cache_counts counts;
+    cache->insert(host_span(std::span<const uint64_t>(b.keys())),
+                  host_span(std::span<const std::byte>(records)), false,
+                  host_span(std::span<uint64_t>(evicted_keys)),
+                  host_span(std::span<std::byte>(evicted)), counts, {});
+    return counts.replaced;
+  });
+  report.add({name, rate, "rows/s", "raw_gather", raw});
+}
+
 // The training path's push into a cache tier: Adagrad on resident rows.
 void bench_cache_update(uint32_t dim, uint64_t n, double seconds, bench_report& report) {
   const row_layout layout{dim, optimizer_kind::adagrad, true};
@@ -449,6 +482,7 @@ void run_dram_bench(const tiers_bench_options& options, bench_report& report) {
   bench_lookup(128, sizes.keys_dim128, sizes.seconds, report);
   bench_push(64, sizes.keys_small_dims, sizes.seconds, report);
   bench_cache_query(64, sizes.keys_small_dims / 5, sizes.seconds, report);
+  bench_cache_insert(64, sizes.keys_small_dims / 5, sizes.seconds, report);
   bench_cache_update(64, sizes.keys_small_dims / 5, sizes.seconds, report);
   bench_bytes_multi(sizes.keys_small_dims, report);
 }

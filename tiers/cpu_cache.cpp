@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "common/hash.hpp"
+#include "common/prefetch.hpp"
 
 namespace strata {
 namespace {
@@ -108,10 +109,30 @@ struct cpu_cache::impl {
     return best;
   }
 
-  // Calls fn(first, last) for each run of equal keys in `order`.
+  void prefetch_set(uint32_t set) const {
+    prefetch_bytes(keys.data() + size_t{set} * set_slots, set_slots * sizeof(uint64_t));
+    prefetch_line(flags.data() + size_t{set} * set_slots);
+  }
+  void prefetch_record(size_t slot) { prefetch_bytes(record(slot), record_bytes); }
+
+  // Calls fn(first, last) for each run of equal keys in `order`. Rows of a
+  // large cache are DRAM misses (a latency for the set's keys, another for
+  // the record), so while one run is handled the loads of later ones are
+  // started: the set `far` entries ahead, and the record of the key `near`
+  // entries ahead if it is resident (its set prefetched far - near entries
+  // before). Prefetches only: each run finds its slot when its turn comes,
+  // so runs before it may change its set first.
   template <class Fn>
   void for_each_key(Fn&& fn) {
+    constexpr size_t far = 16, near = 8;
+    for (size_t i = 0; i < std::min(far, order.size()); ++i) prefetch_set(order[i].set);
     for (size_t first = 0; first < order.size();) {
+      if (first + far < order.size()) prefetch_set(order[first + far].set);
+      if (first + near < order.size()) {
+        const batch_entry& ahead = order[first + near];
+        if (const ptrdiff_t slot = find(ahead.set, ahead.key); slot >= 0)
+          prefetch_record(static_cast<size_t>(slot));
+      }
       size_t last = first + 1;
       while (last < order.size() && order[last].key == order[first].key &&
              order[last].set == order[first].set)
@@ -152,7 +173,6 @@ void for_each_hit(Impl& m, memory_span<const uint64_t> keys,
   // records prefetched, then the hits handed on in batch order, so a
   // block's loads overlap instead of following each other.
   constexpr size_t block = 16;
-  constexpr size_t line = 64;
   const size_t n = keys.size();
   size_t bases[block];     // each key's set: its first slot
   ptrdiff_t slots[block];  // each key's slot, or -1
@@ -160,18 +180,13 @@ void for_each_hit(Impl& m, memory_span<const uint64_t> keys,
     const size_t count = std::min(block, n - first);
     const uint64_t* batch = keys.data() + first;
     for (size_t j = 0; j < count; ++j) {
-      bases[j] = size_t{cache_set_of(batch[j], m.geometry.sets)} * m.set_slots;
-      const auto* set_keys = reinterpret_cast<const char*>(m.keys.data() + bases[j]);
-      for (size_t b = 0; b < m.set_slots * sizeof(uint64_t); b += line)
-        __builtin_prefetch(set_keys + b);
-      __builtin_prefetch(m.flags.data() + bases[j]);
+      const uint32_t set = cache_set_of(batch[j], m.geometry.sets);
+      bases[j] = size_t{set} * m.set_slots;
+      m.prefetch_set(set);
     }
     for (size_t j = 0; j < count; ++j) {
       slots[j] = m.find_from(bases[j], batch[j]);
-      if (slots[j] < 0) continue;
-      const auto* record = reinterpret_cast<const char*>(m.record(static_cast<size_t>(slots[j])));
-      for (size_t b = 0; b < m.record_bytes; b += line) __builtin_prefetch(record + b);
-      __builtin_prefetch(record + m.record_bytes - 1);  // a record may straddle one more line
+      if (slots[j] >= 0) m.prefetch_record(static_cast<size_t>(slots[j]));
     }
     for (size_t j = 0; j < count; ++j) {
       const size_t i = first + j;

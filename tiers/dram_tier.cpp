@@ -11,6 +11,7 @@
 #include <string>
 
 #include "common/hash.hpp"
+#include "common/prefetch.hpp"
 
 // Memory map of a tier with R-byte records and C = capacity_rows slots:
 //
@@ -109,17 +110,6 @@ static_assert(sizeof(lfu_entry) == 12);
 inline bool test_bit(const std::vector<uint64_t>& bits, uint32_t i) {
   return (bits[i >> 6] >> (i & 63)) & 1u;
 }
-// A read prefetch the optimizer keeps: GCC's pure-const analysis treats
-// __builtin_prefetch as free of side effects, so a void helper made only of
-// prefetches is deemed pure and its calls are deleted at -O2.
-inline void prefetch_line(const void* p) {
-#if defined(__x86_64__)
-  asm volatile("prefetcht0 %0" : : "m"(*static_cast<const char*>(p)));
-#else
-  __builtin_prefetch(p, 0, 3);
-#endif
-}
-
 inline void set_bit(std::vector<uint64_t>& bits, uint32_t i) {
   bits[i >> 6] |= uint64_t{1} << (i & 63);
 }
