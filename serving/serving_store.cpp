@@ -43,6 +43,11 @@ std::vector<std::byte>& found_scratch() {
   thread_local std::vector<std::byte> found;
   return found;
 }
+// After a large batch (16384 misses leave ~4 MiB; a checkpoint's warm-up
+// more), don't keep that on every connection thread.
+void trim_scratch(std::vector<std::byte>& scratch) {
+  if (scratch.capacity() > (size_t{1} << 20)) std::vector<std::byte>().swap(scratch);
+}
 
 // What prepare_directory may delete: the marker and LMDB's two files.
 bool own_file(const std::string& name) {
@@ -258,9 +263,10 @@ struct serving_store::impl {
     misses.resize(counts.misses);
     if (misses.empty()) return {};
     auto& found = found_scratch();
-    STRATA_TRY(fetch_misses(keys, misses, found, fetched));
+    STRATA_TRY(fetch_misses(keys, misses, found, fetched, /*exclusive=*/true));
     for (size_t j = 0; j < misses.size(); ++j)
       std::memcpy(out + size_t{misses[j]} * rb, found.data() + j * rb, rb);
+    trim_scratch(found);
     return {};
   }
 
@@ -268,9 +274,10 @@ struct serving_store::impl {
   // DRAM, then LMDB (promoted to DRAM), else the default row, into `found`
   // (one record per miss, in order); those found below the cache (not
   // defaults) are appended to `fetched`. Safe under the store's lock held
-  // shared (see miss_mutex) or exclusively.
+  // shared (see miss_mutex) or, `exclusive`, exclusively (LMDB is then read
+  // through `lmdb` itself).
   status fetch_misses(std::span<const uint64_t> keys, std::span<const uint32_t> misses,
-                      std::vector<std::byte>& found, row_buffer& fetched) {
+                      std::vector<std::byte>& found, row_buffer& fetched, bool exclusive) {
     const size_t rb = record_bytes();
     std::vector<uint64_t> miss_keys(misses.size());
     for (size_t j = 0; j < misses.size(); ++j) miss_keys[j] = keys[misses[j]];
@@ -287,7 +294,9 @@ struct serving_store::impl {
       for (size_t j = 0; j < dram_misses.size(); ++j) lower_keys[j] = miss_keys[dram_misses[j]];
       std::vector<std::byte> lower(lower_keys.size() * rb);
       std::vector<uint32_t> lmdb_misses;
-      {
+      if (exclusive) {
+        STRATA_TRY(lmdb->lookup(lower_keys, rows_span{lower.data(), rb}, lmdb_misses));
+      } else {
         auto reader = borrow_reader();
         if (!reader) return reader.err();
         STRATA_TRY(reader->handle->lookup(lower_keys, rows_span{lower.data(), rb}, lmdb_misses));
@@ -523,29 +532,36 @@ status serving_store::lookup(std::span<const uint64_t> keys, lookup_result& out)
   // lands within a lookup.
   row_buffer fetched(s.layout);
   auto& found = found_scratch();
-  STRATA_TRY(s.fetch_misses(keys, misses, found, fetched));
+  STRATA_TRY(s.fetch_misses(keys, misses, found, fetched, /*exclusive=*/!concurrent));
   for (size_t j = 0; j < misses.size(); ++j)
     copy_version_and_weights(found.data() + j * rb, dim, misses[j], versions, weights);
+  trim_scratch(found);
   if (fetched.empty()) return {};
+  if (!async && !concurrent) {
+    // A cold cache fills before the reply; the store is held exclusively.
+    STRATA_TRY(s.cache_insert(fetched.keys(), fetched.record(0)));
+    s.stats.sync_inserts += fetched.size();
+    return {};
+  }
   {
     std::lock_guard turn(s.miss_mutex);
     for (size_t i = 0; i < fetched.size(); ++i) s.pending.append(fetched.key(i), fetched.record(i));
     s.queued = true;
   }
-  {
+  if (async) {
     std::lock_guard counters(s.stats_mutex);
-    (async ? s.stats.async_inserts : s.stats.sync_inserts) += fetched.size();
+    s.stats.async_inserts += fetched.size();
+    return {};
   }
-  if (async) return {};
   // A cold cache fills before the reply: the queue (these rows, and any
   // queued before them) goes in under the exclusive lock. An update landing
   // between the two locks inserts the queue first (apply_updates), so no
   // row older than an update reaches the cache.
-  if (concurrent) {
-    reader.unlock();
-    writer.lock();
-  }
-  return s.insert_pending();
+  reader.unlock();
+  writer.lock();
+  STRATA_TRY(s.insert_pending());
+  s.stats.sync_inserts += fetched.size();
+  return {};
 }
 
 status serving_store::prefetch(std::span<const uint64_t> keys) {

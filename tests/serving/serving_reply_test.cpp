@@ -158,7 +158,6 @@ TEST(ServingConcurrency, LookupsDuringUpdatesNeverSeeATornRow) {
   for (int r = 0; r < 2; ++r)
     readers.emplace_back([&, r] {
       std::mt19937_64 rng(r);
-      std::unordered_map<uint64_t, uint64_t> newest_seen;  // a row never goes back
       lookup_result rows;
       rows.encoded = r == 0;
       for (uint64_t round = 0; !updates_done || round < 50; ++round) {
@@ -454,7 +453,9 @@ void hammer(bool concurrent) {
   EXPECT_EQ(went_back.load(), 0u) << "rows read older than one read before them";
   EXPECT_GT(rows_read.load(), 0u);
   EXPECT_EQ(t.cache->overlaps_with_others.load(), 0);
-  if (!concurrent) EXPECT_EQ(t.cache->most_queries_inside.load(), 1);
+  if (!concurrent) {
+    EXPECT_EQ(t.cache->most_queries_inside.load(), 1);
+  }
 }
 
 TEST(ServingConcurrency, ConcurrentQueriesNeverOverlapAnotherCacheCall) { hammer(true); }
