@@ -13,6 +13,7 @@
 
 #include "actors/checkpoint.hpp"
 #include "common/file_manifest.hpp"
+#include "common/writer_first_mutex.hpp"
 #include "serving/metadata_requests.hpp"
 
 namespace strata::serving {
@@ -142,7 +143,10 @@ struct serving_store::impl {
   // else holds it exclusively. `stats` and the hit-rate window are written
   // by shared holders too, so those writes also hold stats_mutex; writes
   // under the exclusive lock need not.
-  mutable std::shared_mutex mutex;
+  // Writers first: lookups' shared holds (LMDB reads) overlap, and with
+  // std::shared_mutex a steady stream of them kept updates and queued
+  // inserts out indefinitely.
+  mutable writer_first_mutex mutex;
   mutable std::mutex stats_mutex;
   serving_stats stats;
   // Hit rate over the last window: the previous full window and the current one.

@@ -458,6 +458,50 @@ void hammer(bool concurrent) {
   }
 }
 
+// Updates get in while lookups hold the table's lock shared without a gap:
+// four threads whose lookups all miss down to LMDB, their holds
+// overlapping. With std::shared_mutex (glibc's rwlock, which lets new
+// readers in while a writer waits) the first update waited for a moment
+// with no reader, which never came, until the readers gave up.
+TEST(ServingConcurrency, UpdatesGetInWhileLookupsOverlap) {
+  watched_store t(true, 4000, 2, /*async_insert_hit_rate=*/0.0);  // 64 cache slots
+  constexpr uint64_t updates = 10;
+  std::atomic<bool> updates_done{false};
+  std::atomic<int> running{0};
+  std::atomic<uint64_t> lookups_after_done{0};
+  // Queued inserts grow while an update is kept out: bound the wait.
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  std::vector<std::thread> readers;
+  for (int r = 0; r < 4; ++r)
+    readers.emplace_back([&, r] {
+      std::mt19937_64 rng(r);
+      lookup_result rows;
+      std::vector<uint64_t> asked(64);
+      ++running;
+      while (std::chrono::steady_clock::now() < give_up) {
+        for (auto& k : asked) k = t.keys[rng() % t.keys.size()];
+        (void)t.service.lookup("ads", asked, rows);
+        if (updates_done && ++lookups_after_done > 64) break;
+      }
+    });
+  while (running < 4) std::this_thread::yield();
+  uint64_t applied = 0;
+  for (uint64_t v = 2; v < 2 + updates; ++v) {
+    const std::vector<float> weights(t.dim, value_of(t.keys[0], v));
+    if (t.service.apply_updates("ads", std::vector<uint64_t>{t.keys[0]}, weights,
+                                std::vector<uint64_t>{v}))
+      ++applied;
+    if (std::chrono::steady_clock::now() >= give_up) break;
+  }
+  const bool in_time = std::chrono::steady_clock::now() < give_up;
+  updates_done = true;
+  for (auto& th : readers) th.join();
+  EXPECT_EQ(applied, updates);
+  EXPECT_TRUE(in_time) << "the updates were kept out while the lookups ran";
+  const auto stats = t.service.stats().at("ads");
+  EXPECT_EQ(stats.updates_applied, t.keys.size() + updates);
+}
+
 TEST(ServingConcurrency, ConcurrentQueriesNeverOverlapAnotherCacheCall) { hammer(true); }
 TEST(ServingConcurrency, ABackendWithoutConcurrentQueriesIsCalledOneAtATime) { hammer(false); }
 
