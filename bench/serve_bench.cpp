@@ -281,12 +281,7 @@ void run_serve_bench(const serve_bench_options& o, bench_report& report) {
   const double seconds = o.small ? 0.1 : o.seconds_per_case;
   std::vector<uint32_t> batch_sizes = o.batches;
   if (o.small) batch_sizes = {1, 32, 1024};
-  std::vector<uint64_t> keys(rows);
-  std::vector<float> weights(rows * dim);
-  for (uint64_t i = 0; i < rows; ++i) {
-    keys[i] = serve_key_of(i);
-    for (uint32_t d = 0; d < dim; ++d) weights[i * dim + d] = float(i % 1000) * 0.001f + float(d);
-  }
+  const auto [keys, weights] = make_serve_rows(rows, dim);
   const std::vector<uint64_t> versions(rows, make_version(1, 1));
 
   // The serving node: rows written through the update path, cache sized to
@@ -487,15 +482,7 @@ void run_serve_bench(const serve_bench_options& o, bench_report& report) {
     const size_t most = client_counts.back();
     std::vector<lookup_fn> ours, theirs;
     for (size_t c = 0; c < most; ++c) {
-      auto conn = client::serving_client::connect({{{"127.0.0.1", server.port()}}});
-      if (!conn) throw std::runtime_error(conn.err().to_string());
-      auto shared = std::make_shared<client::serving_client>(std::move(*conn));
-      ours.push_back([shared, got = client::rows()](const std::vector<uint64_t>& k) mutable {
-        auto ok = shared->lookup_into("bench", k, got);
-        if (!ok) throw std::runtime_error(ok.err().to_string());
-        if (got.versions.size() != k.size())
-          throw std::runtime_error("serving returned a short reply");
-      });
+      ours.push_back(serving_lookup(server.port(), "bench"));
       if (!rc) continue;
       auto r = std::make_shared<redis_connection>(redis.port);
       theirs.push_back([r, names = std::vector<std::string>(), values = std::string()](

@@ -27,6 +27,27 @@ uint64_t serve_key_of(uint64_t i) {
   return z ^ (z >> 31);
 }
 
+serve_rows make_serve_rows(uint64_t rows, uint32_t dim) {
+  serve_rows out{std::vector<uint64_t>(rows), std::vector<float>(rows * dim)};
+  for (uint64_t i = 0; i < rows; ++i) {
+    out.keys[i] = serve_key_of(i);
+    for (uint32_t d = 0; d < dim; ++d)
+      out.weights[i * dim + d] = float(i % 1000) * 0.001f + float(d);
+  }
+  return out;
+}
+
+lookup_fn serving_lookup(uint16_t port, const std::string& table) {
+  auto conn = client::serving_client::connect({{{"127.0.0.1", port}}});
+  if (!conn) throw std::runtime_error(conn.err().to_string());
+  auto shared = std::make_shared<client::serving_client>(std::move(*conn));
+  return [shared, table, got = client::rows()](const std::vector<uint64_t>& k) mutable {
+    auto ok = shared->lookup_into(table, k, got);
+    if (!ok) throw std::runtime_error(ok.err().to_string());
+    if (got.versions.size() != k.size()) throw std::runtime_error("serving returned a short reply");
+  };
+}
+
 std::vector<std::vector<uint64_t>> random_batches(uint64_t rows, uint32_t batch, size_t count,
                                                   uint64_t seed) {
   std::mt19937_64 rng(seed);
@@ -79,12 +100,7 @@ void run_serve_misses_bench(uint64_t rows, double seconds, int rounds,
                             const std::filesystem::path& work_dir, bench_report& report) {
   constexpr uint32_t dim = 64;
   constexpr uint32_t batch = 1024;
-  std::vector<uint64_t> keys(rows);
-  std::vector<float> weights(rows * dim);
-  for (uint64_t i = 0; i < rows; ++i) {
-    keys[i] = serve_key_of(i);
-    for (uint32_t d = 0; d < dim; ++d) weights[i * dim + d] = float(i % 1000) * 0.001f + float(d);
-  }
+  const auto [keys, weights] = make_serve_rows(rows, dim);
   serving::serving_store_config sc;
   sc.table = "bench_misses";
   sc.dim = dim;
@@ -104,17 +120,8 @@ void run_serve_misses_bench(uint64_t rows, double seconds, int rounds,
   if (auto ok = server.start("127.0.0.1", 0); !ok) throw std::runtime_error(ok.err().to_string());
   std::vector<lookup_fn> clients;
   const size_t most = *std::max_element(client_counts.begin(), client_counts.end());
-  for (size_t c = 0; c < most; ++c) {
-    auto conn = client::serving_client::connect({{{"127.0.0.1", server.port()}}});
-    if (!conn) throw std::runtime_error(conn.err().to_string());
-    auto shared = std::make_shared<client::serving_client>(std::move(*conn));
-    clients.push_back([shared, got = client::rows()](const std::vector<uint64_t>& k) mutable {
-      auto ok = shared->lookup_into("bench_misses", k, got);
-      if (!ok) throw std::runtime_error(ok.err().to_string());
-      if (got.versions.size() != k.size())
-        throw std::runtime_error("serving returned a short reply");
-    });
-  }
+  for (size_t c = 0; c < most; ++c)
+    clients.push_back(serving_lookup(server.port(), "bench_misses"));
   // 256 batches per client (262 144 keys, more than the table's rows): the
   // cache cannot learn a client's batches.
   constexpr size_t batch_count = 256;

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "bench/report.hpp"
@@ -14,6 +15,14 @@ namespace strata::bench {
 
 // The key of loaded row i (splitmix64: real 64-bit keys).
 uint64_t serve_key_of(uint64_t i);
+
+// The bench's table: `rows` keys (serve_key_of(0..rows)) and their rows of
+// `dim` weights, the same in every serving node of the bench.
+struct serve_rows {
+  std::vector<uint64_t> keys;
+  std::vector<float> weights;
+};
+serve_rows make_serve_rows(uint64_t rows, uint32_t dim);
 
 // `count` batches of `batch` keys drawn uniformly from the `rows` loaded
 // rows, the same for the same seed.
@@ -26,6 +35,10 @@ std::vector<std::vector<uint64_t>> random_batches(uint64_t rows, uint32_t batch,
 // keys/s of all of them together. An exception on a client's thread is
 // rethrown here.
 using lookup_fn = std::function<void(const std::vector<uint64_t>&)>;
+
+// A client on its own connection to the binary server on loopback `port`
+// whose lookups of `table` fail (throw) on an error or a short reply.
+lookup_fn serving_lookup(uint16_t port, const std::string& table);
 double concurrent_keys_per_s(std::vector<lookup_fn>& lookups, size_t clients, uint32_t batch,
                              uint64_t rows, double seconds, size_t batch_count = 16);
 

@@ -138,14 +138,14 @@ struct serving_store::impl {
   std::unique_ptr<cache_backend> cache;
   std::unique_ptr<dram_tier> dram;
   std::unique_ptr<lmdb_tier> lmdb;
-  // Locking (serving_store.hpp): a lookup the cache answers alone holds
-  // `mutex` shared when the backend allows concurrent queries; everything
-  // else holds it exclusively. `stats` and the hit-rate window are written
-  // by shared holders too, so those writes also hold stats_mutex; writes
-  // under the exclusive lock need not.
-  // Writers first: lookups' shared holds (LMDB reads) overlap, and with
-  // std::shared_mutex a steady stream of them kept updates and queued
-  // inserts out indefinitely.
+  // Locking (serving_store.hpp): a lookup, its misses included, holds
+  // `mutex` shared when the backend allows concurrent queries (miss_mutex
+  // below); a synchronous insert and everything else hold it exclusively.
+  // `stats` and the hit-rate window are written by shared holders too, so
+  // those writes also hold stats_mutex; writes under the exclusive lock
+  // need not. Writers first: lookups' shared holds (LMDB reads) overlap,
+  // and with std::shared_mutex a steady stream of them kept updates and
+  // queued inserts out indefinitely.
   mutable writer_first_mutex mutex;
   mutable std::mutex stats_mutex;
   serving_stats stats;
