@@ -79,7 +79,9 @@ json health(serving_service& service) {
                     {"updates_applied", st.updates_applied},
                     {"updates_ignored", st.updates_ignored},
                     {"loaded_rows", st.loaded_rows},
-                    {"warmed_rows", st.warmed_rows}};
+                    {"warmed_rows", st.warmed_rows},
+                    {"lmdb_read_handles", st.lmdb_read_handles},
+                    {"lmdb_read_waits", st.lmdb_read_waits}};
   }
   json servers = json::object();
   for (const auto& [name, st] : service.server_stats())

@@ -173,10 +173,10 @@ struct serving_store::impl {
   std::condition_variable reader_returned;
   std::vector<std::unique_ptr<lmdb_tier>> idle_readers;
   size_t reader_handles = 0;  // opened: idle or lent
+  uint64_t reader_waits = 0;  // borrows that found every handle lent
   // LMDB gives each open read transaction a slot of its reader table (126 by
-  // default); a connection thread holds one handle at most, and beyond this
-  // many concurrent misses the reads queue for a handle.
-  static constexpr size_t max_reader_handles = 16;
+  // default); a connection thread holds one handle at most, and beyond
+  // config.lmdb_read_handles concurrent misses the reads queue for a handle.
 
   // A read handle lent to one lookup's misses, given back when it goes.
   struct lent_reader {
@@ -195,8 +195,13 @@ struct serving_store::impl {
 
   expected<lent_reader> borrow_reader() {
     std::unique_lock lock(readers_mutex);
-    reader_returned.wait(
-        lock, [&] { return !idle_readers.empty() || reader_handles < max_reader_handles; });
+    auto available = [&] {
+      return !idle_readers.empty() || reader_handles < config.lmdb_read_handles;
+    };
+    if (!available()) {
+      ++reader_waits;
+      reader_returned.wait(lock, available);
+    }
     if (!idle_readers.empty()) {
       lent_reader lent(this, std::move(idle_readers.back()));
       idle_readers.pop_back();
@@ -368,6 +373,9 @@ expected<std::unique_ptr<serving_store>> serving_store::open(serving_store_confi
   if (config.lmdb_path.empty())
     return error(errc::invalid_argument, "serving table '" + config.table + "': lmdb path missing");
   if (config.hit_rate_window == 0) config.hit_rate_window = 1;
+  if (config.lmdb_read_handles == 0)
+    return error(errc::invalid_argument,
+                 "serving table '" + config.table + "': lmdb_read_handles must be at least 1");
   const row_layout layout{config.dim, optimizer_kind::sgd, false};
   if (!cache || !(cache->layout().dim == layout.dim && !cache->layout().with_state))
     return error(errc::invalid_argument, "serving table '" + config.table +
@@ -401,8 +409,15 @@ const std::string& serving_store::table() const { return impl_->config.table; }
 uint32_t serving_store::dim() const { return impl_->layout.dim; }
 serving_stats serving_store::stats() const {
   std::shared_lock lock(impl_->mutex);
-  std::lock_guard counters(impl_->stats_mutex);
-  return impl_->stats;
+  serving_stats out;
+  {
+    std::lock_guard counters(impl_->stats_mutex);
+    out = impl_->stats;
+  }
+  std::lock_guard readers(impl_->readers_mutex);
+  out.lmdb_read_handles = impl_->reader_handles;
+  out.lmdb_read_waits = impl_->reader_waits;
+  return out;
 }
 double serving_store::recent_hit_rate() const {
   std::shared_lock lock(impl_->mutex);

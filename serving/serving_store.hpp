@@ -64,6 +64,10 @@ struct serving_store_config {
   double async_insert_hit_rate = 0.9;    // >=: insert misses into the cache asynchronously
   uint32_t hit_rate_window = 4096;       // keys over which the hit rate is measured
   uint32_t warmup_keys = 0;              // most frequent checkpoint keys put in the cache
+  // LMDB read handles for misses read side by side (each holds a slot of
+  // LMDB's reader table, 126 by default): beyond this many concurrent
+  // lookups with misses below DRAM, a lookup waits for a handle. >= 1.
+  uint32_t lmdb_read_handles = 16;
 };
 
 struct serving_stats {
@@ -79,6 +83,8 @@ struct serving_stats {
   uint64_t updates_ignored = 0;  // not newer than the stored row
   uint64_t loaded_rows = 0;
   uint64_t warmed_rows = 0;
+  uint64_t lmdb_read_handles = 0;  // open now (idle or lent), at most the config's
+  uint64_t lmdb_read_waits = 0;    // misses that waited for a handle (all were lent)
 };
 
 // A lookup's result: n rows of `dim` floats and their versions (0: default).

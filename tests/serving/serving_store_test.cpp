@@ -6,11 +6,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <fstream>
 #include <functional>
 #include <map>
 #include <random>
+#include <thread>
 
 #include "tests/serving/serving_test_util.hpp"
 #include "tests/tiers/test_util.hpp"
@@ -397,6 +400,84 @@ TEST(ServingStore, ReopensItsOwnDirectoryEmptyAndAcceptsAnEmptyOne) {
   }
   std::filesystem::create_directories(dir.path() / "empty");
   EXPECT_TRUE(open_at(dir.path() / "empty").has_value());
+}
+
+// Lookups whose misses go down to LMDB, more at once than the store has
+// read handles: the surplus waits for a handle (counted), no more handles
+// than allowed are ever opened, and every row is still the checkpoint's.
+TEST(ServingStore, MissesBeyondTheReadHandlesWaitForOne) {
+  serving_store_config c;
+  c.lmdb_read_handles = 1;
+  c.async_insert_hit_rate = 0.0;   // inserts queued: lookups hold the store shared
+  fixture f(c, /*cache_sets=*/1);  // 32 cache slots, 100 DRAM rows, 600 in LMDB
+  std::vector<uint64_t> stored;
+  for (const auto& [k, w] : f.rows.weights) stored.push_back(k);
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  std::atomic<uint64_t> failed{0}, lookups{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      std::mt19937_64 rng(t);
+      std::vector<uint64_t> keys(64);
+      lookup_result r;
+      for (int round = 0; std::chrono::steady_clock::now() < give_up; ++round) {
+        for (auto& k : keys) k = stored[rng() % stored.size()];
+        if (!f.store->lookup(keys, r)) ++failed;
+        f.expect_rows(keys, r, 0.0f);
+        ++lookups;
+        if (round >= 20 && f.store->stats().lmdb_read_waits > 0) break;
+      }
+    });
+  for (auto& th : threads) th.join();
+  const auto stats = f.store->stats();
+  EXPECT_EQ(failed.load(), 0u);
+  EXPECT_GT(stats.lmdb_read_waits, 0u) << "in " << lookups.load() << " lookups";
+  EXPECT_EQ(stats.lmdb_read_handles, 1u);
+  EXPECT_GT(stats.lmdb_hits, 0u);
+}
+
+// A read handle that cannot be opened (the store's directory was moved
+// away and a file put in its place) fails that lookup with an error naming the directory and gives
+// its place in the pool back: with one handle allowed, the next lookup (the directory back) opens
+// one and answers. Before the place was given back, that lookup would wait for a handle forever.
+TEST(ServingStore, AReadHandleThatFailsToOpenIsANamedErrorAndFreesItsPlace) {
+  serving_store_config c;
+  c.lmdb_read_handles = 1;
+  c.async_insert_hit_rate = 0.0;
+  fixture f(c);
+  std::vector<uint64_t> keys;
+  for (const auto& [k, w] : f.rows.weights)
+    if (keys.size() < 16) keys.push_back(k);  // never looked up: in LMDB only
+  const auto path = f.dir.path() / "serving";
+  const auto moved = f.dir.path() / "moved";
+  std::filesystem::rename(path, moved);
+  std::ofstream(path) << "a file where the store's directory was\n";
+  lookup_result r;
+  auto failed = f.store->lookup(keys, r);
+  ASSERT_FALSE(failed.has_value());
+  EXPECT_NE(failed.err().to_string().find(path.string()), std::string::npos)
+      << failed.err().to_string();
+  ASSERT_EQ(f.store->stats().lmdb_read_handles, 0u) << "the failed handle kept its place";
+  std::filesystem::remove(path);
+  std::filesystem::rename(moved, path);
+  auto ok = f.store->lookup(keys, r);
+  ASSERT_TRUE(ok.has_value()) << ok.err().to_string();
+  f.expect_rows(keys, r, 0.0f);
+  EXPECT_EQ(f.store->stats().lmdb_read_handles, 1u);
+}
+
+TEST(ServingStore, NoReadHandlesIsRefusedNamed) {
+  testing::temp_dir dir;
+  serving_store_config c;
+  c.table = "ads";
+  c.dim = dim;
+  c.lmdb_path = dir.path() / "serving";
+  c.lmdb_read_handles = 0;
+  const row_layout layout{dim, optimizer_kind::sgd, false};
+  auto store = serving_store::open(c, std::make_unique<cpu_cache>(layout, cache_geometry{4, 1}));
+  ASSERT_FALSE(store.has_value());
+  EXPECT_NE(store.err().to_string().find("lmdb_read_handles must be at least 1"), std::string::npos)
+      << store.err().to_string();
 }
 
 }  // namespace
