@@ -16,7 +16,9 @@
 // The embedding cache's lookup (cpu_cache::query_weights, what a serving
 // lookup runs for its hits) is measured the same way against raw_gather:
 // `cache_query_dim64`, the cache twice the rows' size, every key resident;
-// its insert of newer copies of resident rows as `cache_insert_dim64`.
+// its insert of newer copies of resident rows as `cache_insert_dim64`, of
+// rows it does not hold into a full cache (each evicting) as
+// `cache_insert_new_dim64`.
 //
 // Each structure is built, measured and freed before the next one, so the
 // peak memory is one structure (~6 GB at the full sizes).
@@ -362,10 +364,13 @@ void bench_bytes_multi(uint64_t n, bench_report& report) {
 namespace {
 
 // A cpu_cache with room for 2n rows (32-slot sets) holding keys 0..n-1.
-std::unique_ptr<cpu_cache> build_cache(uint64_t n, const row_layout& layout) {
+// A cache of n rows; `slots_per_row` cache slots per row (2: half full, 1:
+// full, its sets' overflow already evicted).
+std::unique_ptr<cpu_cache> build_cache(uint64_t n, const row_layout& layout,
+                                       uint64_t slots_per_row = 2) {
   progress("building cpu_cache, dim " + std::to_string(layout.dim) + ", " + std::to_string(n) +
            " rows");
-  const uint32_t sets = static_cast<uint32_t>(std::max<uint64_t>(1, n * 2 / 32));
+  const uint32_t sets = static_cast<uint32_t>(std::max<uint64_t>(1, n * slots_per_row / 32));
   auto cache = std::make_unique<cpu_cache>(layout, cache_geometry{sets, 1});
   row_buffer rows(layout);
   std::vector<uint64_t> evicted_keys(batch_size);
@@ -454,6 +459,40 @@ void bench_cache_insert(uint32_t dim, uint64_t n, double seconds, bench_report& 
   report.add({name, rate, "rows/s", "raw_gather", raw});
 }
 
+// A cache tier's fill of rows it does not hold into a full cache (a
+// lookup's misses fetched from the shards): every key new, so each takes
+// its set's least recently used slot (clean rows: nothing written back).
+void bench_cache_insert_new(uint32_t dim, uint64_t n, double seconds, bench_report& report) {
+  const row_layout layout{dim, optimizer_kind::sgd, false};
+  const std::string name = "cache_insert_new_dim" + std::to_string(dim);
+  const double raw = raw_gather_rows_per_s(dim, n, seconds, 6);
+  auto cache = build_cache(n, layout, 1);
+  std::vector<std::byte> records(batch_size * layout.record_bytes());
+  for (size_t i = 0; i < batch_size; ++i) {
+    meta_of(records.data() + i * layout.record_bytes()) = row_meta{1, 0, 0};
+    for (uint32_t j = 0; j < dim; ++j)
+      weights_of(records.data() + i * layout.record_bytes())[j] = float(j);
+  }
+  std::vector<uint64_t> evicted_keys(batch_size);
+  std::vector<std::byte> evicted(batch_size * layout.record_bytes());
+  // Keys drawn from 2^40 indices: none of the n built ones, bar chance.
+  batch_source batches(uint64_t{1} << 40, true, 7);
+  uint64_t stored = 0, asked = 0;
+  const double rate = rows_per_second(batches, seconds, [&](const batch_source& b) {
+    cache_counts counts;
+    cache->insert(host_span(std::span<const uint64_t>(b.keys())),
+                  host_span(std::span<const std::byte>(records)), false,
+                  host_span(std::span<uint64_t>(evicted_keys)),
+                  host_span(std::span<std::byte>(evicted)), counts, {});
+    stored += b.keys().size() - counts.skipped - counts.replaced;
+    asked += b.keys().size();
+  });
+  if (stored < asked * 99 / 100)
+    throw std::runtime_error("cache bench: only " + std::to_string(stored) + " of " +
+                             std::to_string(asked) + " inserted keys were new");
+  report.add({name, rate, "rows/s", "raw_gather", raw});
+}
+
 // The training path's push into a cache tier: Adagrad on resident rows.
 void bench_cache_update(uint32_t dim, uint64_t n, double seconds, bench_report& report) {
   const row_layout layout{dim, optimizer_kind::adagrad, true};
@@ -483,6 +522,7 @@ void run_dram_bench(const tiers_bench_options& options, bench_report& report) {
   bench_push(64, sizes.keys_small_dims, sizes.seconds, report);
   bench_cache_query(64, sizes.keys_small_dims / 5, sizes.seconds, report);
   bench_cache_insert(64, sizes.keys_small_dims / 5, sizes.seconds, report);
+  bench_cache_insert_new(64, sizes.keys_small_dims / 5, sizes.seconds, report);
   bench_cache_update(64, sizes.keys_small_dims / 5, sizes.seconds, report);
   bench_bytes_multi(sizes.keys_small_dims, report);
 }

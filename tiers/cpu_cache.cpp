@@ -114,29 +114,62 @@ struct cpu_cache::impl {
     prefetch_line(flags.data() + size_t{set} * set_slots);
   }
   void prefetch_record(size_t slot) { prefetch_bytes(record(slot), record_bytes); }
+  // The set's ticks, which an insert's victim scan reads (4 lines at 32 slots).
+  void prefetch_ticks(uint32_t set) const {
+    prefetch_bytes(ticks.data() + size_t{set} * set_slots, set_slots * sizeof(uint64_t));
+  }
 
   // Calls fn(first, last) for each run of equal keys in `order`. Rows of a
   // large cache are DRAM misses (a latency for the set's keys, another for
   // the record), so while one run is handled the loads of later ones are
-  // started: the set `far` entries ahead, and the record of the key `near`
-  // entries ahead if it is resident (its set prefetched far - near entries
-  // before). Prefetches only: each run finds its slot when its turn comes,
-  // so runs before it may change its set first.
-  template <class Fn>
+  // started, counted in runs (a key's duplicates are one): the set `far`
+  // runs ahead, and the record of the key `near` runs ahead if it is
+  // resident (its set prefetched far - near runs before). `inserting` (an
+  // insert, whose keys that are not resident take a victim slot): the set's
+  // ticks come with it, and a key that is not resident gets its victim's
+  // record prefetched instead (the insert writes it). Prefetches only: each
+  // run finds its slot when its turn comes, so runs before it may change
+  // its set first.
+  template <bool inserting, class Fn>
   void for_each_key(Fn&& fn) {
     constexpr size_t far = 16, near = 8;
-    for (size_t i = 0; i < std::min(far, order.size()); ++i) prefetch_set(order[i].set);
-    for (size_t first = 0; first < order.size();) {
-      if (first + far < order.size()) prefetch_set(order[first + far].set);
-      if (first + near < order.size()) {
-        const batch_entry& ahead = order[first + near];
-        if (const ptrdiff_t slot = find(ahead.set, ahead.key); slot >= 0)
-          prefetch_record(static_cast<size_t>(slot));
+    const size_t n = order.size();
+    // Run starts ahead: `far_at` is the start of the run `far` runs after
+    // the current one, `near_at` of the one `near` runs after.
+    auto next_run = [&](size_t at) {
+      const uint64_t key = order[at].key;
+      const uint32_t set = order[at].set;
+      do ++at;
+      while (at < n && order[at].key == key && order[at].set == set);
+      return at;
+    };
+    auto prefetch_far = [&](size_t at) {
+      prefetch_set(order[at].set);
+      if constexpr (inserting) prefetch_ticks(order[at].set);
+    };
+    auto prefetch_near = [&](size_t at) {
+      const batch_entry& ahead = order[at];
+      if (const ptrdiff_t slot = find(ahead.set, ahead.key); slot >= 0)
+        prefetch_record(static_cast<size_t>(slot));
+      else if constexpr (inserting)
+        prefetch_record(victim(ahead.set));
+    };
+    size_t far_at = 0, near_at = n;
+    for (size_t r = 0; r < far && far_at < n; ++r) {
+      if (r == near) near_at = far_at;
+      prefetch_far(far_at);
+      far_at = next_run(far_at);
+    }
+    for (size_t first = 0; first < n;) {
+      if (far_at < n) {
+        prefetch_far(far_at);
+        far_at = next_run(far_at);
       }
-      size_t last = first + 1;
-      while (last < order.size() && order[last].key == order[first].key &&
-             order[last].set == order[first].set)
-        ++last;
+      if (near_at < n) {
+        prefetch_near(near_at);
+        near_at = next_run(near_at);
+      }
+      const size_t last = next_run(first);
       fn(first, last);
       first = last;
     }
@@ -266,7 +299,7 @@ void cpu_cache::insert(memory_span<const uint64_t> keys, memory_span<const std::
   ++m.tick;
   m.sort_batch(keys.data(), n);
   const uint8_t new_flags = dirty ? (slot_valid | slot_dirty) : slot_valid;
-  m.for_each_key([&](size_t first, size_t last) {
+  m.for_each_key<true>([&](size_t first, size_t last) {
     const uint32_t set = m.order[first].set;
     const uint64_t key = m.order[first].key;
     // Duplicates collapse to the copy with the highest version (ties: the
@@ -345,7 +378,7 @@ void cpu_cache::update(memory_span<const uint64_t> keys, memory_span<const float
   m.sort_batch(keys.data(), n);
   m.missed.assign(n, 0);
   m.grad_sum.resize(dim);
-  m.for_each_key([&](size_t first, size_t last) {
+  m.for_each_key<false>([&](size_t first, size_t last) {
     const ptrdiff_t found = m.find(m.order[first].set, m.order[first].key);
     if (found < 0) {
       for (size_t i = first; i < last; ++i) m.missed[m.order[i].pos] = 1;
