@@ -363,21 +363,26 @@ void bench_bytes_multi(uint64_t n, bench_report& report) {
 
 namespace {
 
-// A cpu_cache with room for 2n rows (32-slot sets) holding keys 0..n-1.
-// A cache of n rows; `slots_per_row` cache slots per row (2: half full, 1:
-// full, its sets' overflow already evicted).
+// A cpu_cache of 32-slot sets with `slots_per_row` slots per row of keys
+// 0..n-1: 2, half full, holding them all (bar a rare set's overflow); 1,
+// full: keys n, n+1, ... are inserted after them until every slot holds a
+// row (a set's share of n keys varies, so some sets overflow and evict
+// while others still have room), or until 4n keys in all.
 std::unique_ptr<cpu_cache> build_cache(uint64_t n, const row_layout& layout,
                                        uint64_t slots_per_row = 2) {
   progress("building cpu_cache, dim " + std::to_string(layout.dim) + ", " + std::to_string(n) +
            " rows");
   const uint32_t sets = static_cast<uint32_t>(std::max<uint64_t>(1, n * slots_per_row / 32));
   auto cache = std::make_unique<cpu_cache>(layout, cache_geometry{sets, 1});
+  const size_t slots = size_t{sets} * 32;
   row_buffer rows(layout);
   std::vector<uint64_t> evicted_keys(batch_size);
   std::vector<std::byte> evicted(batch_size * layout.record_bytes());
-  for (uint64_t base = 0; base < n; base += batch_size) {
+  const uint64_t end = slots_per_row == 1 ? 4 * n : n;
+  for (uint64_t base = 0; base < end; base += batch_size) {
+    if (base >= n && cache->size() >= slots) break;
     rows.clear();
-    for (uint64_t i = base; i < std::min<uint64_t>(n, base + batch_size); ++i) {
+    for (uint64_t i = base; i < std::min<uint64_t>(end, base + batch_size); ++i) {
       std::byte* rec = rows.append(key_of(i));
       meta_of(rec) = row_meta{1, 0, 0};
       for (uint32_t j = 0; j < layout.value_words(); ++j) weights_of(rec)[j] = initial_value(i, j);
@@ -388,6 +393,9 @@ std::unique_ptr<cpu_cache> build_cache(uint64_t n, const row_layout& layout,
                   host_span(std::span<uint64_t>(evicted_keys)),
                   host_span(std::span<std::byte>(evicted)), counts, {});
   }
+  if (slots_per_row == 1 && cache->size() < slots)
+    progress("cpu_cache: " + std::to_string(slots - cache->size()) + " of " +
+             std::to_string(slots) + " slots still empty after " + std::to_string(end) + " keys");
   return cache;
 }
 
@@ -460,8 +468,9 @@ void bench_cache_insert(uint32_t dim, uint64_t n, double seconds, bench_report& 
 }
 
 // A cache tier's fill of rows it does not hold into a full cache (a
-// lookup's misses fetched from the shards): every key new, so each takes
-// its set's least recently used slot (clean rows: nothing written back).
+// lookup's misses fetched from the shards; build_cache fills every slot):
+// every key new, so each takes its set's least recently used slot (clean
+// rows: nothing written back).
 void bench_cache_insert_new(uint32_t dim, uint64_t n, double seconds, bench_report& report) {
   const row_layout layout{dim, optimizer_kind::sgd, false};
   const std::string name = "cache_insert_new_dim" + std::to_string(dim);

@@ -373,9 +373,12 @@ expected<std::unique_ptr<serving_store>> serving_store::open(serving_store_confi
   if (config.lmdb_path.empty())
     return error(errc::invalid_argument, "serving table '" + config.table + "': lmdb path missing");
   if (config.hit_rate_window == 0) config.hit_rate_window = 1;
-  if (config.lmdb_read_handles == 0)
+  if (config.lmdb_read_handles == 0 || config.lmdb_read_handles > max_lmdb_read_handles)
     return error(errc::invalid_argument,
-                 "serving table '" + config.table + "': lmdb_read_handles must be at least 1");
+                 "serving table '" + config.table + "': lmdb_read_handles is " +
+                     std::to_string(config.lmdb_read_handles) + ", must be 1 to " +
+                     std::to_string(max_lmdb_read_handles) +
+                     " (each holds a slot of LMDB's reader table, 126 by default)");
   const row_layout layout{config.dim, optimizer_kind::sgd, false};
   if (!cache || !(cache->layout().dim == layout.dim && !cache->layout().with_state))
     return error(errc::invalid_argument, "serving table '" + config.table +

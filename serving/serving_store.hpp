@@ -53,6 +53,8 @@
 
 namespace strata::serving {
 
+inline constexpr uint32_t max_lmdb_read_handles = 100;
+
 struct serving_store_config {
   std::string table = "default";
   uint32_t dim = 0;                      // 0: taken from the checkpoint
@@ -66,7 +68,9 @@ struct serving_store_config {
   uint32_t warmup_keys = 0;              // most frequent checkpoint keys put in the cache
   // LMDB read handles for misses read side by side (each holds a slot of
   // LMDB's reader table, 126 by default): beyond this many concurrent
-  // lookups with misses below DRAM, a lookup waits for a handle. >= 1.
+  // lookups with misses below DRAM, a lookup waits for a handle. 1 to
+  // max_lmdb_read_handles (the rest of the reader table is left to the
+  // store's own handle and to readers of the environment's copies).
   uint32_t lmdb_read_handles = 16;
 };
 
@@ -84,7 +88,7 @@ struct serving_stats {
   uint64_t loaded_rows = 0;
   uint64_t warmed_rows = 0;
   uint64_t lmdb_read_handles = 0;  // open now (idle or lent), at most the config's
-  uint64_t lmdb_read_waits = 0;    // misses that waited for a handle (all were lent)
+  uint64_t lmdb_read_waits = 0;    // lookups whose misses waited for a handle (all were lent)
 };
 
 // A lookup's result: n rows of `dim` floats and their versions (0: default).
