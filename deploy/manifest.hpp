@@ -141,6 +141,7 @@ struct serving_settings {
   double async_insert_hit_rate = 0.9;      // >=: misses go into the cache asynchronously
   uint32_t hit_rate_window = 4096;
   uint32_t warmup_keys = 0;              // most frequent keys put in the cache at start
+  uint32_t lmdb_read_handles = 16;       // LMDB reads of misses side by side (1 .. 100)
   uint32_t max_request_keys = 1u << 20;  // per lookup (binary and HTTP)
   size_t max_http_body_bytes = size_t{16} << 20;
   std::vector<host_port> replicas;     // for clients: the serving nodes' binary endpoints

@@ -378,6 +378,7 @@ TEST(Manifest, ServingAndUpdatesSectionsParseWithDefaults) {
   EXPECT_EQ(s.binary_port, 0u);
   EXPECT_EQ(s.http_port, 8080u);
   EXPECT_EQ(s.warmup_keys, 10u);
+  EXPECT_EQ(s.lmdb_read_handles, 16u);
   EXPECT_DOUBLE_EQ(s.async_insert_hit_rate, 0.9);
   ASSERT_EQ(s.replicas.size(), 2u);
   EXPECT_EQ(s.replicas[1].host, "10.0.0.6");
@@ -403,6 +404,10 @@ TEST(Manifest, ServingSubscribesToEveryTrainingNodesPublisher) {
 TEST(Manifest, ServingErrorsNameTheField) {
   EXPECT_ERROR(appended("serving:\n  async_insert_hit_rate: 1.5\n"),
                "m.yaml:17: serving.async_insert_hit_rate: must be in");
+  EXPECT_ERROR(appended("serving:\n  lmdb_read_handles: 0\n"),
+               "m.yaml:17: serving.lmdb_read_handles: must be in");
+  EXPECT_ERROR(appended("serving:\n  lmdb_read_handles: 101\n"),
+               "m.yaml:17: serving.lmdb_read_handles: must be in");
   EXPECT_ERROR(appended("serving:\n  replicas: [nowhere]\n"),
                "serving.replicas[0]: expected host:port");
   EXPECT_ERROR(appended("serving:\n  subscribe: host:99999\n"),

@@ -268,6 +268,11 @@ TEST(ServingHttp, LookupAndHealth) {
   EXPECT_EQ(hj["status"], "ok");
   EXPECT_EQ(hj["tables"]["ads"]["loaded_rows"].get<uint64_t>(), 2000u);
   EXPECT_GE(hj["tables"]["ads"]["keys"].get<uint64_t>(), 3u);
+  // Key k (asked twice) came from LMDB through one read handle, which no
+  // lookup waited for.
+  EXPECT_EQ(hj["tables"]["ads"]["lmdb_hits"].get<uint64_t>(), 2u);
+  EXPECT_EQ(hj["tables"]["ads"]["lmdb_read_handles"].get<uint64_t>(), 1u);
+  EXPECT_EQ(hj["tables"]["ads"]["lmdb_read_waits"].get<uint64_t>(), 0u);
 }
 
 TEST(ServingHttp, MalformedRequestsGetClear4xx) {
