@@ -363,6 +363,37 @@ void bench_bytes_multi(uint64_t n, bench_report& report) {
 
 namespace {
 
+// Inserts clean rows into a cache (as a cache tier's fill does), with room
+// for the dirty rows a batch may evict.
+class cache_filler {
+ public:
+  explicit cache_filler(const row_layout& layout)
+      : evicted_keys_(batch_size), evicted_(batch_size * layout.record_bytes()) {}
+  cache_counts insert(cpu_cache& cache, std::span<const uint64_t> keys,
+                      std::span<const std::byte> records) {
+    cache_counts counts;
+    cache.insert(host_span(keys), host_span(records), false,
+                 host_span(std::span<uint64_t>(evicted_keys_)),
+                 host_span(std::span<std::byte>(evicted_)), counts, {});
+    return counts;
+  }
+
+ private:
+  std::vector<uint64_t> evicted_keys_;
+  std::vector<std::byte> evicted_;
+};
+
+// batch_size records of version 1 whose element j is j.
+std::vector<std::byte> insert_records(const row_layout& layout) {
+  std::vector<std::byte> records(batch_size * layout.record_bytes());
+  for (size_t i = 0; i < batch_size; ++i) {
+    std::byte* rec = records.data() + i * layout.record_bytes();
+    meta_of(rec) = row_meta{1, 0, 0};
+    for (uint32_t j = 0; j < layout.dim; ++j) weights_of(rec)[j] = float(j);
+  }
+  return records;
+}
+
 // A cpu_cache of 32-slot sets with `slots_per_row` slots per row of keys
 // 0..n-1: 2, half full, holding them all (bar a rare set's overflow); 1,
 // full: keys n, n+1, ... are inserted after them until every slot holds a
@@ -376,8 +407,7 @@ std::unique_ptr<cpu_cache> build_cache(uint64_t n, const row_layout& layout,
   auto cache = std::make_unique<cpu_cache>(layout, cache_geometry{sets, 1});
   const size_t slots = size_t{sets} * 32;
   row_buffer rows(layout);
-  std::vector<uint64_t> evicted_keys(batch_size);
-  std::vector<std::byte> evicted(batch_size * layout.record_bytes());
+  cache_filler filler(layout);
   const uint64_t end = slots_per_row == 1 ? 4 * n : n;
   for (uint64_t base = 0; base < end; base += batch_size) {
     if (base >= n && cache->size() >= slots) break;
@@ -387,11 +417,8 @@ std::unique_ptr<cpu_cache> build_cache(uint64_t n, const row_layout& layout,
       meta_of(rec) = row_meta{1, 0, 0};
       for (uint32_t j = 0; j < layout.value_words(); ++j) weights_of(rec)[j] = initial_value(i, j);
     }
-    cache_counts counts;
-    const std::span<const std::byte> records(rows.record(0), rows.size() * layout.record_bytes());
-    cache->insert(host_span(rows.keys()), host_span(records), false,
-                  host_span(std::span<uint64_t>(evicted_keys)),
-                  host_span(std::span<std::byte>(evicted)), counts, {});
+    filler.insert(*cache, rows.keys(),
+                  std::span<const std::byte>(rows.record(0), rows.size() * layout.record_bytes()));
   }
   if (slots_per_row == 1 && cache->size() < slots)
     progress("cpu_cache: " + std::to_string(slots - cache->size()) + " of " +
@@ -445,24 +472,15 @@ void bench_cache_insert(uint32_t dim, uint64_t n, double seconds, bench_report& 
   const std::string name = "cache_insert_dim" + std::to_string(dim);
   const double raw = raw_gather_rows_per_s(dim, n, seconds, 5);
   auto cache = build_cache(n, layout);
-  std::vector<std::byte> records(batch_size * layout.record_bytes());
-  for (size_t i = 0; i < batch_size; ++i)
-    for (uint32_t j = 0; j < dim; ++j)
-      weights_of(records.data() + i * layout.record_bytes())[j] = float(j);
-  std::vector<uint64_t> evicted_keys(batch_size);
-  std::vector<std::byte> evicted(batch_size * layout.record_bytes());
+  std::vector<std::byte> records = insert_records(layout);
+  cache_filler filler(layout);
   uint64_t version = 1;
   batch_source batches(n, true, 4);
   const double rate = resident_rows_per_second(batches, seconds, [&](const batch_source& b) {
     ++version;
     for (size_t i = 0; i < b.keys().size(); ++i)
       meta_of(records.data() + i * layout.record_bytes()) = row_meta{version, 0, 0};
-    cache_counts counts;
-    cache->insert(host_span(std::span<const uint64_t>(b.keys())),
-                  host_span(std::span<const std::byte>(records)), false,
-                  host_span(std::span<uint64_t>(evicted_keys)),
-                  host_span(std::span<std::byte>(evicted)), counts, {});
-    return counts.replaced;
+    return filler.insert(*cache, b.keys(), records).replaced;
   });
   report.add({name, rate, "rows/s", "raw_gather", raw});
 }
@@ -476,23 +494,13 @@ void bench_cache_insert_new(uint32_t dim, uint64_t n, double seconds, bench_repo
   const std::string name = "cache_insert_new_dim" + std::to_string(dim);
   const double raw = raw_gather_rows_per_s(dim, n, seconds, 6);
   auto cache = build_cache(n, layout, 1);
-  std::vector<std::byte> records(batch_size * layout.record_bytes());
-  for (size_t i = 0; i < batch_size; ++i) {
-    meta_of(records.data() + i * layout.record_bytes()) = row_meta{1, 0, 0};
-    for (uint32_t j = 0; j < dim; ++j)
-      weights_of(records.data() + i * layout.record_bytes())[j] = float(j);
-  }
-  std::vector<uint64_t> evicted_keys(batch_size);
-  std::vector<std::byte> evicted(batch_size * layout.record_bytes());
+  const std::vector<std::byte> records = insert_records(layout);
+  cache_filler filler(layout);
   // Keys drawn from 2^40 indices: none of the n built ones, bar chance.
   batch_source batches(uint64_t{1} << 40, true, 7);
   uint64_t stored = 0, asked = 0;
   const double rate = rows_per_second(batches, seconds, [&](const batch_source& b) {
-    cache_counts counts;
-    cache->insert(host_span(std::span<const uint64_t>(b.keys())),
-                  host_span(std::span<const std::byte>(records)), false,
-                  host_span(std::span<uint64_t>(evicted_keys)),
-                  host_span(std::span<std::byte>(evicted)), counts, {});
+    const cache_counts counts = filler.insert(*cache, b.keys(), records);
     stored += b.keys().size() - counts.skipped - counts.replaced;
     asked += b.keys().size();
   });

@@ -10,6 +10,7 @@
 #include "deploy/manifest_parse.hpp"
 #include "deploy/manifest_reader.hpp"
 #include "model/features.hpp"
+#include "tiers/lmdb_tier.hpp"
 
 namespace strata::deploy::detail {
 namespace {
@@ -349,7 +350,7 @@ void read_serving(section s, raw_manifest& r) {
   s.real("async_insert_hit_rate", v.async_insert_hit_rate, 0.0, 1.0);
   s.unsigned_int("hit_rate_window", v.hit_rate_window, 1, 1u << 30);
   s.unsigned_int("warmup_keys", v.warmup_keys, 0, 1u << 30);
-  s.unsigned_int("lmdb_read_handles", v.lmdb_read_handles, 1, 100);
+  s.unsigned_int("lmdb_read_handles", v.lmdb_read_handles, 1, max_lmdb_read_handles);
   s.unsigned_int("max_request_keys", v.max_request_keys, 1, 1u << 26);
   s.size("max_http_body_bytes", v.max_http_body_bytes);
   s.list("replicas", [&](const std::string& text, const YAML::Mark& mark, const std::string& path) {

@@ -82,7 +82,6 @@ int serve(const std::string& path, const std::string& port_file) {
   sc.async_insert_hit_rate = s.async_insert_hit_rate;
   sc.hit_rate_window = s.hit_rate_window;
   sc.warmup_keys = s.warmup_keys;
-  static_assert(serving::max_lmdb_read_handles == 100, "the manifest's bound (manifest_sections)");
   sc.lmdb_read_handles = s.lmdb_read_handles;
   const row_layout layout{sc.dim, optimizer_kind::sgd, false};
   const cache_geometry geometry{s.cache_sets, s.cache_slabs_per_set};

@@ -378,7 +378,8 @@ expected<std::unique_ptr<serving_store>> serving_store::open(serving_store_confi
                  "serving table '" + config.table + "': lmdb_read_handles is " +
                      std::to_string(config.lmdb_read_handles) + ", must be 1 to " +
                      std::to_string(max_lmdb_read_handles) +
-                     " (each holds a slot of LMDB's reader table, 126 by default)");
+                     " (each holds a slot of LMDB's reader table, " +
+                     std::to_string(lmdb_reader_slots) + ")");
   const row_layout layout{config.dim, optimizer_kind::sgd, false};
   if (!cache || !(cache->layout().dim == layout.dim && !cache->layout().with_state))
     return error(errc::invalid_argument, "serving table '" + config.table +

@@ -53,8 +53,6 @@
 
 namespace strata::serving {
 
-inline constexpr uint32_t max_lmdb_read_handles = 100;
-
 struct serving_store_config {
   std::string table = "default";
   uint32_t dim = 0;                      // 0: taken from the checkpoint
@@ -67,10 +65,9 @@ struct serving_store_config {
   uint32_t hit_rate_window = 4096;       // keys over which the hit rate is measured
   uint32_t warmup_keys = 0;              // most frequent checkpoint keys put in the cache
   // LMDB read handles for misses read side by side (each holds a slot of
-  // LMDB's reader table, 126 by default): beyond this many concurrent
-  // lookups with misses below DRAM, a lookup waits for a handle. 1 to
-  // max_lmdb_read_handles (the rest of the reader table is left to the
-  // store's own handle and to readers of the environment's copies).
+  // LMDB's reader table): beyond this many concurrent lookups with misses
+  // below DRAM, a lookup waits for a handle. 1 to max_lmdb_read_handles
+  // (tiers/lmdb_tier.hpp).
   uint32_t lmdb_read_handles = 16;
 };
 

@@ -32,6 +32,14 @@
 
 namespace strata {
 
+// LMDB's reader table: 126 slots (the default; mdb_env_set_maxreaders is
+// not called). Each open read transaction holds one.
+inline constexpr uint32_t lmdb_reader_slots = 126;
+// Read handles one user of an environment may keep open side by side (the
+// serving store's pool, serving.lmdb_read_handles): the rest of the reader
+// table is left to its other handles and to readers of its copies.
+inline constexpr uint32_t max_lmdb_read_handles = 100;
+
 struct lmdb_tier_config {
   std::filesystem::path directory;     // created if missing
   std::string table = "default";       // named database
