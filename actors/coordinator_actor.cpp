@@ -31,6 +31,10 @@ void fail(coordinator_pointer self, caf::error err) {
     st.run->deliver(err);
     st.run.reset();
   }
+  if (st.relocation) {
+    st.relocation->promise.deliver(err);
+    st.relocation.reset();
+  }
   for (auto& p : st.on_demand) p.deliver(err);
   for (auto& p : st.on_demand_writing) p.deliver(err);
   st.on_demand.clear();
@@ -106,14 +110,18 @@ coordinator_actor::behavior_type coordinator_behavior(coordinator_pointer self, 
       [self](scale_atom, uint32_t target) -> caf::typed_response_promise<scale_result> {
         return start_scale(self, target);
       },
-      [self](scale_atom, uint32_t target,
-             const std::vector<std::string>& placement) -> caf::typed_response_promise<scale_result> {
+      [self](scale_atom, uint32_t target, const std::vector<std::string>& placement)
+          -> caf::typed_response_promise<scale_result> {
         return start_scale(self, target, placement);
       },
       [self](drain_atom, const std::vector<uint32_t>& indices,
              const std::vector<std::string>& destinations)
           -> caf::typed_response_promise<scale_result> {
         return start_drain(self, indices, destinations);
+      },
+      [self](relocate_atom, const std::vector<uint32_t>& workers,
+             const std::vector<uint32_t>& caches) -> caf::typed_response_promise<ok_atom> {
+        return start_relocation(self, workers, caches);
       },
       [self](map_atom) -> cluster_status {
         auto& s = self->state;

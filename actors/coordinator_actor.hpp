@@ -74,6 +74,24 @@ struct shard_factory {
   std::string refuse_scaling;
 };
 
+// Successors of workers and cache tiers (relocate_atom: a drained node
+// hosts them), spawned on the coordinator's node. spawn_cache: cache tier
+// `index` routing by `map` onto `shards` (multi-node: exported there under
+// `published` below, so workers on other nodes reach it). spawn_worker: worker
+// `index` resuming its stream at `position` (batches of the stream trained)
+// and talking to `caches`. Unset: relocations are refused.
+struct relocation_factory {
+  std::function<expected<cache_tier_actor>(uint32_t index, const std::vector<shard_actor>& shards,
+                                           const partition_map& map)>
+      spawn_cache;
+  std::function<expected<worker_actor>(uint32_t index, uint64_t position,
+                                       std::vector<cache_tier_actor> caches)>
+      spawn_worker;
+  // Called with each cache tier successor once it replaced the old one
+  // (multi-node: exported under its index). Optional.
+  std::function<void(uint32_t index, const cache_tier_actor& cache)> published;
+};
+
 struct coordinator_peers {
   std::vector<worker_actor> workers;
   std::vector<cache_tier_actor> caches;
@@ -83,6 +101,7 @@ struct coordinator_peers {
   // Clients' pushes (the gateway): closed before the final cut, which waits
   // for the pushes inside (actors/push_gate.hpp). Null: none.
   std::shared_ptr<push_gate> client_pushes;
+  relocation_factory relocations;
 };
 
 // What the coordinator needs to take checkpoints (docs/checkpoints.md).

@@ -84,6 +84,15 @@ struct coordinator_state {
   std::shared_ptr<std::atomic<uint32_t>> removals_pending =
       std::make_shared<std::atomic<uint32_t>>(0);
   bool ended = false;  // the run answered (or failed)
+
+  // Relocating workers and cache tiers (relocate_atom): one at a time,
+  // carried out at the next cut without a scale in progress.
+  struct relocation_job {
+    std::vector<uint32_t> workers, caches;
+    caf::typed_response_promise<ok_atom> promise;
+    std::string what;  // "cannot relocate workers 2 and cache tiers 1: "
+  };
+  std::optional<relocation_job> relocation;
 };
 
 using coordinator_pointer = coordinator_actor::stateful_pointer<coordinator_state>;
@@ -141,6 +150,15 @@ void run_spawn(coordinator_pointer self, bool waits, std::function<expected<shar
 void spawn_new_shard(coordinator_pointer self, uint32_t current, uint32_t i,
                      std::vector<std::string> placement);
 bool training_running(const coordinator_state& s);
+
+// coordinator_relocate.cpp
+caf::typed_response_promise<ok_atom> start_relocation(coordinator_pointer self,
+                                                      const std::vector<uint32_t>& workers,
+                                                      const std::vector<uint32_t>& caches);
+// At a cut: a relocation waiting runs here (unless a scale is in progress:
+// then at a later cut), then `next`. `final` (training ends): a waiting
+// relocation is refused instead, nothing moved.
+void relocate_at_cut(coordinator_pointer self, std::function<void()> next, bool final);
 
 // coordinator_drain.cpp
 caf::typed_response_promise<scale_result> start_drain(coordinator_pointer self,

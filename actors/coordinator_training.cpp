@@ -251,10 +251,16 @@ void after_client_pushes(coordinator_pointer self, std::function<void()> next) {
 
 void end_training(coordinator_pointer self) {
   // Clients' pushes end first; a scale in progress commits next, so the
-  // final checkpoint and the drain see the new map.
+  // final checkpoint and the drain see the new map; a relocation still
+  // waiting is refused (the drain writes every cache tier back).
   after_client_pushes(self, [self] {
     at_cut(
-        self, [self] { end_training_now(self); }, true);
+        self,
+        [self] {
+          relocate_at_cut(
+              self, [self] { end_training_now(self); }, true);
+        },
+        true);
   });
 }
 
@@ -332,6 +338,18 @@ void checkpoint_if_due(coordinator_pointer self, std::function<void()> next) {
     next();
 }
 
+// At a cut that training goes on from: a scale commits, a relocation
+// waiting runs, a checkpoint is taken if due, then `next`.
+void cut_then(coordinator_pointer self, std::function<void()> next) {
+  at_cut(
+      self,
+      [self, next] {
+        relocate_at_cut(
+            self, [self, next] { checkpoint_if_due(self, next); }, false);
+      },
+      false);
+}
+
 // Async mode: rounds until the data ends or a stop; a checkpoint at a
 // round's end when one is due.
 void async_round(coordinator_pointer self) {
@@ -340,23 +358,14 @@ void async_round(coordinator_pointer self) {
     if (s.peers.workers.empty() && !s.stop_requested) {
       // No workers: a store for clients' pushes (the gateway). Every moment
       // is a cut; wait for a stop, taking checkpoints when due.
-      at_cut(
-          self,
-          [self] {
-            checkpoint_if_due(self,
-                              [self] { self->delayed_send(self, idle_poll, idle_atom::value); });
-          },
-          false);
+      cut_then(self, [self] { self->delayed_send(self, idle_poll, idle_atom::value); });
       return;
     }
     if (all_finished(s) || s.stop_requested) {
       end_training(self);
       return;
     }
-    at_cut(
-        self,
-        [self] { checkpoint_if_due(self, [self] { async_round(self); }); },
-        false);
+    cut_then(self, [self] { async_round(self); });
   });
 }
 
@@ -376,10 +385,7 @@ void start_pass(coordinator_pointer self) {
                   end_training(self);
                   return;
                 }
-                at_cut(
-                    self,
-                    [self] { checkpoint_if_due(self, [self] { start_pass(self); }); },
-                    false);
+                cut_then(self, [self] { start_pass(self); });
               },
               pass_end_atom::value, self->state.pass);
         });

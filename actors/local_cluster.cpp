@@ -236,9 +236,11 @@ expected<training_report> train(caf::actor_system& system, const cluster_config&
     report.stored_keys += stats->lmdb_rows;
     report.tiers.push_back(std::move(*stats));
   }
-  for (size_t c = 0; c < cluster->caches.size(); ++c) {
-    auto stats = ask<tier_stats>(self, cluster->caches[c], "stats of cache " + std::to_string(c),
-                                 stats_atom::value);
+  // The cache tiers as they are now: a drain may have relocated some to
+  // this node (their first actors left with their node).
+  for (size_t c = 0; c < status->caches.size(); ++c) {
+    auto stats = ask<tier_stats>(self, caf::actor_cast<cache_tier_actor>(status->caches[c]),
+                                 "stats of cache " + std::to_string(c), stats_atom::value);
     if (!stats) return stats.err();
     report.tiers.push_back(std::move(*stats));
   }

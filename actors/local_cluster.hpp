@@ -70,6 +70,9 @@ struct cluster_placement {
   // then the old one (keep) or the successor retired on its node.
   std::function<expected<shard_actor>(uint32_t index, const std::string& node)> spawn_successor;
   std::function<void(uint32_t index, bool keep)> end_rehome;
+  // A relocated cache tier's successor, spawned here (the coordinator's
+  // node) at `index`: made reachable by workers on other nodes.
+  std::function<void(uint32_t index, const cache_tier_actor& cache)> publish_cache;
 };
 
 // Seams for the composition root (e.g. the metrics exporter): `started`

@@ -45,6 +45,8 @@ using map_atom = caf::atom_constant<caf::atom("map")>;
 using scale_atom = caf::atom_constant<caf::atom("scale")>;
 using idle_atom = caf::atom_constant<caf::atom("idle")>;
 using resend_atom = caf::atom_constant<caf::atom("resend")>;
+using rebind_atom = caf::atom_constant<caf::atom("rebind")>;
+using relocate_atom = caf::atom_constant<caf::atom("relocate")>;
 
 // --- message types ----------------------------------------------------------
 struct row_batch {

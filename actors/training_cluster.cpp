@@ -2,6 +2,7 @@
 #include <caf/all.hpp>
 #include <cctype>
 #include <filesystem>
+#include <optional>
 #include <string>
 
 #include "actors/cache_tier_actor.hpp"
@@ -103,7 +104,37 @@ expected<training_cluster> spawn_training_cluster(caf::actor_system& system,
     if (!dense) return stop_on_error(dense.err());
     cluster.dense = *dense;
   }
-  const row_layout& layout = config.table.layout;
+  // Worker w, resuming its stream at `position` (a relocation's successor;
+  // a restore sets skip_batches in the config), talking to `caches`.
+  auto make_worker = [&system, config, seams, dense = cluster.dense](
+                         uint32_t w, std::optional<uint64_t> position,
+                         std::vector<cache_tier_actor> caches) -> expected<worker_actor> {
+    worker_config wc = config.workers[w];
+    if (position) wc.skip_batches = *position;
+    worker_peers peers;
+    peers.mode = config.mode;
+    peers.dense = dense;
+    peers.caches = std::move(caches);
+    std::shared_ptr<batch_source> batches;
+    if (seams.batches) {
+      auto opened = seams.batches(wc);
+      if (!opened) return opened.err();
+      batches = std::move(*opened);
+    } else {
+      auto opened = open_reader_source(wc);
+      if (!opened) return opened.err();
+      batches = std::move(*opened);
+    }
+    std::shared_ptr<gradient_source> gradients;
+    if (seams.gradients)
+      gradients = seams.gradients(wc);
+    else if (config.gradients == gradient_kind::count)
+      gradients = make_count_gradients(config.table.layout.dim);
+    else
+      gradients = make_model_gradients(config.model);
+    return spawn_worker(system, wc, config.table.layout, std::move(peers), std::move(batches),
+                        std::move(gradients));
+  };
   for (uint32_t w = 0; w < config.workers.size(); ++w) {
     if (placement.remote_worker) {
       if (auto proxy = placement.remote_worker(w)) {
@@ -113,33 +144,14 @@ expected<training_cluster> spawn_training_cluster(caf::actor_system& system,
       }
     }
     cluster.worker_here.push_back(true);
-    const auto& wc = config.workers[w];
-    worker_peers peers;
-    peers.mode = config.mode;
-    peers.dense = cluster.dense;
+    std::vector<cache_tier_actor> caches;
     if (config.mode == training_mode::async)
-      peers.caches.push_back(cluster.caches[w % cluster.caches.size()]);
+      caches.push_back(cluster.caches[w % cluster.caches.size()]);
     else
-      peers.caches = cluster.caches;
-    std::shared_ptr<batch_source> batches;
-    if (seams.batches) {
-      auto opened = seams.batches(wc);
-      if (!opened) return stop_on_error(opened.err());
-      batches = std::move(*opened);
-    } else {
-      auto opened = open_reader_source(wc);
-      if (!opened) return stop_on_error(opened.err());
-      batches = std::move(*opened);
-    }
-    std::shared_ptr<gradient_source> gradients;
-    if (seams.gradients)
-      gradients = seams.gradients(wc);
-    else if (config.gradients == gradient_kind::count)
-      gradients = make_count_gradients(layout.dim);
-    else
-      gradients = make_model_gradients(config.model);
-    cluster.workers.push_back(spawn_worker(system, wc, layout, std::move(peers), std::move(batches),
-                                           std::move(gradients)));
+      caches = cluster.caches;
+    auto worker = make_worker(w, std::nullopt, std::move(caches));
+    if (!worker) return stop_on_error(worker.err());
+    cluster.workers.push_back(*worker);
   }
   // New shards (scale up) take shard 0's settings, their own index and a
   // fresh directory named like shard 0's with the index at its end.
@@ -199,11 +211,24 @@ expected<training_cluster> spawn_training_cluster(caf::actor_system& system,
   if (placement.retire_shard) factory.remove_files = placement.retire_shard;
   factory.spawn_successor = placement.spawn_successor;
   factory.end_rehome = placement.end_rehome;
-  cluster.coordinator =
-      spawn_coordinator(system, config.mode, config.pass_batches,
-                        coordinator_peers{cluster.workers, cluster.caches, cluster.shards,
-                                          cluster.dense, factory, config.client_pushes},
-                        std::move(sink), std::move(plan));
+  // Relocated workers and cache tiers (a drained node hosted them) get
+  // their successors here, on the coordinator's node.
+  relocation_factory relocations;
+  relocations.spawn_cache = [&system, config](uint32_t index,
+                                              const std::vector<shard_actor>& shards,
+                                              const partition_map& map) {
+    return spawn_cache_tier(system, config.caches[index], config.mode, shards, map);
+  };
+  relocations.spawn_worker = [make_worker](uint32_t index, uint64_t position,
+                                           std::vector<cache_tier_actor> caches) {
+    return make_worker(index, position, std::move(caches));
+  };
+  relocations.published = placement.publish_cache;
+  cluster.coordinator = spawn_coordinator(
+      system, config.mode, config.pass_batches,
+      coordinator_peers{cluster.workers, cluster.caches, cluster.shards, cluster.dense, factory,
+                        config.client_pushes, std::move(relocations)},
+      std::move(sink), std::move(plan));
   return cluster;
 }
 

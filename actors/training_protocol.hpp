@@ -94,6 +94,10 @@ using worker_actor = caf::typed_actor<
     // are acknowledged. Progress reports go to the sender of run, which
     // must be a coordinator_actor. One run at a time.
     caf::replies_to<run_atom, uint64_t, uint64_t>::with<worker_result>,
+    // Between runs (at a cut: nothing in flight): talk to these cache tiers
+    // from now on, as many as before (a cache tier relocated to another
+    // node, docs/multi-node.md "Draining a node"). Refused during a run.
+    caf::replies_to<rebind_atom, std::vector<cache_tier_actor>>::with<ok_atom>,
     // Mailbox depth, for metrics.
     caf::replies_to<stats_atom>::with<actor_stats>>;
 
@@ -131,7 +135,16 @@ using coordinator_actor = caf::typed_actor<
     // there with the same copy, fence and commit; the committed map keeps
     // its owners, its shards[index] is the successor; the old shards are
     // retired on their node. Refused while a scale or drain runs.
-    caf::replies_to<drain_atom, std::vector<uint32_t>, std::vector<std::string>>::with<scale_result>,
+    caf::replies_to<drain_atom, std::vector<uint32_t>,
+                    std::vector<std::string>>::with<scale_result>,
+    // Relocate workers and cache tiers (a node that hosts them is drained,
+    // docs/multi-node.md "Draining a node"): at the next cut the listed
+    // cache tiers write their dirty rows back and get successors at the
+    // same index, the listed workers get successors that resume their
+    // streams at their positions (no example skipped or trained twice),
+    // the other workers are told their new cache tiers, and the old actors
+    // are retired. Answers once done; refused during a scale.
+    caf::replies_to<relocate_atom, std::vector<uint32_t>, std::vector<uint32_t>>::with<ok_atom>,
     // The cluster's state for the admin API.
     caf::replies_to<map_atom>::with<cluster_status>,
     // Mailbox depth, for metrics.

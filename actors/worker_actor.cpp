@@ -522,6 +522,20 @@ worker_actor::behavior_type worker_behavior(worker_pointer self, worker_config c
         pump(self);
         return promise;
       },
+      [self](rebind_atom, std::vector<cache_tier_actor>& caches) -> caf::result<ok_atom> {
+        auto& s = self->state;
+        const std::string who = "worker " + std::to_string(s.config.index) + ": rebind: ";
+        if (s.run) return caf::make_error(caf::sec::invalid_argument, who + "refused during a run");
+        // Pass mode routes keys by the number of cache tiers: it must not change.
+        if (caches.size() != s.peers.caches.size() ||
+            std::any_of(caches.begin(), caches.end(), [](const auto& c) { return !c; }))
+          return caf::make_error(caf::sec::invalid_argument,
+                                 who + std::to_string(caches.size()) +
+                                     " cache tiers (or a null one) where it talks to " +
+                                     std::to_string(s.peers.caches.size()));
+        s.peers.caches = std::move(caches);
+        return ok_atom::value;
+      },
   };
 }
 

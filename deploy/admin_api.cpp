@@ -112,7 +112,11 @@ bool same_token(const std::string& a, const std::string& b) {
 
 admin_api::admin_api(admin_config config, caf::actor_system& system,
                      actors::coordinator_actor coordinator)
-    : config_(std::move(config)), system_(system), coordinator_(std::move(coordinator)) {}
+    : config_(std::move(config)),
+      system_(system),
+      coordinator_(std::move(coordinator)),
+      cache_homes_(config_.cache_nodes),
+      worker_homes_(config_.worker_nodes) {}
 
 // Asks an actor and waits; errors come back as caf::error.
 template <class Reply, class Handle, class... Ts>
@@ -157,10 +161,15 @@ response admin_api::status(const request& req) {
     shards.push_back(std::move(shard));
   }
   json caches = json::array();
+  std::vector<std::string> cache_homes;
+  {
+    std::lock_guard lock(homes_mu_);
+    cache_homes = cache_homes_;
+  }
   for (size_t i = 0; i < st->caches.size(); ++i) {
     auto [stats, cerr] = ask<actors::tier_stats>(
         caf::actor_cast<actors::cache_tier_actor>(st->caches[i]), actors::stats_atom::value);
-    json cache{{"index", i}, {"node", node_of(config_.cache_nodes, i, config_.nodes)}};
+    json cache{{"index", i}, {"node", node_of(cache_homes, i, config_.nodes)}};
     if (stats) {
       cache["rows"] = stats->rows;
       cache["health"] = "ok";
@@ -346,15 +355,27 @@ response admin_api::drain(const request& req) {
       health != "ok")
     return error_reply(req, http::status::conflict,
                        what + "it is " + health + "; only a connected node can be drained");
-  const std::string workers = indices_on(config_.worker_nodes, node);
-  const std::string caches = indices_on(config_.cache_nodes, node);
-  if (!workers.empty() || !caches.empty())
-    return error_reply(
-        req, http::status::conflict,
-        "node " + node + " hosts " + (workers.empty() ? "" : "workers " + workers) +
-            (!workers.empty() && !caches.empty() ? " and " : "") +
-            (caches.empty() ? "" : "cache tier " + caches) +
-            ": draining moves shards only; place workers and caches elsewhere in the manifest");
+  // Its workers and cache tiers first: at the next cut the cache tiers
+  // write back and every one gets a successor on the coordinator's node
+  // (the workers resume their streams where they stopped).
+  std::vector<uint32_t> worker_moves, cache_moves;
+  {
+    std::lock_guard lock(homes_mu_);
+    indices_on(worker_homes_, node, &worker_moves);
+    indices_on(cache_homes_, node, &cache_moves);
+  }
+  if (!worker_moves.empty() || !cache_moves.empty()) {
+    auto [moved, err] =
+        ask<actors::ok_atom>(coordinator_, actors::relocate_atom::value, worker_moves, cache_moves);
+    if (!moved)
+      return error_reply(req,
+                         err == caf::sec::invalid_argument ? http::status::conflict
+                                                           : http::status::internal_server_error,
+                         what + message_of(system_, err));
+    std::lock_guard lock(homes_mu_);
+    for (uint32_t w : worker_moves) worker_homes_[w] = config_.nodes.front().name;
+    for (uint32_t c : cache_moves) cache_homes_[c] = config_.nodes.front().name;
+  }
   const std::vector<std::string> homes =
       config_.current_shard_nodes ? config_.current_shard_nodes() : config_.shard_nodes;
   std::vector<uint32_t> indices;
@@ -398,10 +419,17 @@ response admin_api::drain(const request& req) {
   json shards = json::array();
   for (size_t k = 0; k < indices.size(); ++k)
     shards.push_back({{"shard", indices[k]}, {"node", destinations[k]}});
+  json workers = json::array(), caches = json::array();
+  for (uint32_t w : worker_moves)
+    workers.push_back({{"worker", w}, {"node", config_.nodes.front().name}});
+  for (uint32_t c : cache_moves)
+    caches.push_back({{"cache", c}, {"node", config_.nodes.front().name}});
   return reply(req, http::status::ok,
                {{"node", node},
                 {"left", true},
                 {"shards", shards},
+                {"workers", workers},
+                {"caches", caches},
                 {"epoch", moved.epoch},
                 {"moved_partitions", moved.moved_partitions},
                 {"copied_rows", moved.copied_rows},

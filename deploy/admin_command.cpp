@@ -161,8 +161,10 @@ void add_admin_commands(CLI::App& app, int& exit_code) {
   auto drain_opts = std::make_shared<admin_options>();
   auto drain_node = std::make_shared<std::string>();
   auto* drain = app.add_subcommand(
-      "drain", "move every shard off a node to the other connected nodes while training goes "
-               "on, then let the node leave (it exits 0); returns once it has left");
+      "drain",
+      "move every shard off a node to the other connected nodes (its workers and "
+      "cache tiers to the coordinator's node) while training goes on, then let the "
+      "node leave (it exits 0); returns once it has left");
   add_admin_options(drain, *drain_opts);
   drain->add_option("--node", *drain_node, "the node to drain (a name in the manifest)")
       ->required();

@@ -247,6 +247,11 @@ expected<actors::cluster_placement> node_membership::place(caf::actor_system& sy
     return spawner->spawn_successor(i, node);
   };
   p.end_rehome = [spawner](uint32_t i, bool keep) { spawner->end_rehome(i, keep); };
+  // A drain relocates a node's cache tiers here: workers on other nodes
+  // reach the successor under its index.
+  p.publish_cache = [t](uint32_t i, const actors::cache_tier_actor& cache) {
+    t->export_cache(targets::cache_base + i, cache);
+  };
   return p;
 }
 

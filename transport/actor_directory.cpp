@@ -49,25 +49,26 @@ expected<actor_ref> actor_directory::ref_of(const caf::actor& shard) const {
   std::lock_guard lock(mu_);
   if (shard)
     if (auto it = refs_.find(shard.address()); it != refs_.end()) return it->second;
-  return error(errc::not_found, "node '" + bridge_->name() + "': shard actor " +
+  return error(errc::not_found, "node '" + bridge_->name() + "': " + kind_ + " actor " +
                                     std::to_string(shard ? shard.id() : 0) +
-                                    " is neither exported here nor a proxy of another node's "
-                                    "shard, so no other node can reach it");
+                                    " is neither exported here nor a proxy of another node's " +
+                                    kind_ + ", so no other node can reach it");
 }
 
 expected<caf::actor> actor_directory::resolve(const actor_ref& r) {
   if (r.node == bridge_->name()) {
     std::lock_guard lock(mu_);
     if (auto it = local_.find(r.target); it != local_.end()) return it->second;
-    return error(errc::not_found, "node '" + r.node + "' exports no shard as target " +
+    return error(errc::not_found, "node '" + r.node + "' exports no " + kind_ + " as target " +
                                       std::to_string(r.target));
   }
   const auto peers = bridge_->peers();
   if (std::find(peers.begin(), peers.end(), r.node) == peers.end()) {
     std::string names;
     for (const auto& p : peers) names += (names.empty() ? "" : ", ") + p;
-    return error(errc::not_found, "node '" + bridge_->name() + "': a shard on unknown node '" +
-                                      r.node + "' (target " + std::to_string(r.target) +
+    return error(errc::not_found, "node '" + bridge_->name() + "': a " + kind_ +
+                                      " on unknown node '" + r.node + "' (target " +
+                                      std::to_string(r.target) +
                                       "; peers: " + (names.empty() ? "none" : names) + ")");
   }
   return proxy(r.node, r.target);
@@ -80,8 +81,6 @@ void actor_directory::clear() {
   local_.clear();
   refs_.clear();
 }
-
-namespace {
 
 expected<std::vector<actor_ref>> refs_of(const actor_directory& d,
                                          const std::vector<caf::actor>& shards) {
@@ -105,8 +104,6 @@ expected<std::vector<caf::actor>> actors_of(actor_directory& d, const std::vecto
   }
   return out;
 }
-
-}  // namespace
 
 expected<routing_wire> to_wire(const actor_directory& d, const actors::routing_table& t) {
   auto refs = refs_of(d, t.shards);

@@ -6,7 +6,9 @@
 // proxy: its peer and target) and a ref back to a handle (this node: the
 // exported shard; another node: its proxy, one per (node, target), made on
 // first use). A ref naming an unknown node or a target exported by no shard
-// here is an error naming it: a decoded table is hostile input.
+// here is an error naming it: a decoded table is hostile input. A second
+// directory maps cache tiers the same way (a worker told its relocated
+// cache tiers, worker_rebind).
 //
 // Thread-safety: every method is thread-safe.
 #pragma once
@@ -31,8 +33,10 @@ class actor_directory : public std::enable_shared_from_this<actor_directory> {
  public:
   // make_proxy(node, target): a new proxy of that node's shard.
   using proxy_maker = std::function<caf::actor(const std::string& node, uint32_t target)>;
-  actor_directory(std::shared_ptr<node_bridge> bridge, proxy_maker make_proxy)
-      : bridge_(std::move(bridge)), make_proxy_(std::move(make_proxy)) {}
+  // kind: what it maps ("shard", "cache tier"), for its errors.
+  actor_directory(std::shared_ptr<node_bridge> bridge, proxy_maker make_proxy,
+                  std::string kind = "shard")
+      : bridge_(std::move(bridge)), make_proxy_(std::move(make_proxy)), kind_(std::move(kind)) {}
 
   void add_local(uint32_t target, caf::actor shard);
   // The shard exported as `target` (null if none), no longer known.
@@ -52,11 +56,18 @@ class actor_directory : public std::enable_shared_from_this<actor_directory> {
 
   std::shared_ptr<node_bridge> bridge_;
   proxy_maker make_proxy_;
+  std::string kind_;
   mutable std::mutex mu_;
   std::map<caf::actor_addr, actor_ref> refs_;
   std::unordered_map<uint32_t, caf::actor> local_;
   std::map<std::pair<std::string, uint32_t>, caf::actor> proxies_;
 };
+
+// Every actor's ref, or the first that has none; every ref's actor, or the
+// first that maps to none (errors name it).
+expected<std::vector<actor_ref>> refs_of(const actor_directory& d,
+                                         const std::vector<caf::actor>& actors);
+expected<std::vector<caf::actor>> actors_of(actor_directory& d, const std::vector<actor_ref>& refs);
 
 expected<routing_wire> to_wire(const actor_directory& d, const actors::routing_table& t);
 expected<migration_wire> to_wire(const actor_directory& d, const actors::migration_order& o);

@@ -83,6 +83,7 @@ bool is_known_type(uint16_t type) {
     case frame_type::worker_run:
     case frame_type::worker_stats:
     case frame_type::worker_progress:
+    case frame_type::worker_rebind:
     case frame_type::serve_lookup:
     case frame_type::serve_prefetch:
     case frame_type::serve_push:
@@ -175,6 +176,8 @@ std::string_view to_string(frame_type type) {
       return "worker_run";
     case frame_type::worker_stats:
       return "worker_stats";
+    case frame_type::worker_rebind:
+      return "worker_rebind";
     case frame_type::worker_progress:
       return "worker_progress";
     case frame_type::serve_lookup:

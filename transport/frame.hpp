@@ -86,6 +86,7 @@ enum class frame_type : uint16_t {
   worker_run = 40,       // u64 batches, u64 epoch -> worker_result
   worker_stats = 41,     // () -> actor_stats
   worker_progress = 44,  // progress_report, one-way (a remote worker's, to its runner)
+  worker_rebind = 46,    // vector<actor_ref> (its cache tiers, in order) -> ok
   // A serving node's lookups for clients in the cluster (docs/serving.md):
   // payloads are the binary serving protocol's (client/wire.hpp).
   serve_lookup = 52,    // key_request -> rows payload

@@ -80,6 +80,8 @@ status check_payload_value(const frame_header& header, std::span<const std::byte
     case frame_type::shard_commit:
     case frame_type::cache_map:
       return try_decode<routing_wire>(payload);
+    case frame_type::worker_rebind:
+      return try_decode<std::vector<actor_ref>>(payload);
     case frame_type::dense_push:
       return try_decode<std::vector<float>>(payload);
     case frame_type::echo:

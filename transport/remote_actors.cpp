@@ -178,7 +178,7 @@ caf::behavior shard_proxy(proxy_actor* self, std::shared_ptr<node_bridge> bridge
 // peer/target): through the same mailbox as the run's reply, so they reach
 // the runner (the sender of run, a coordinator) before it.
 caf::behavior worker_proxy(proxy_actor* self, std::shared_ptr<node_bridge> bridge, std::string peer,
-                           uint32_t target) {
+                           uint32_t target, std::weak_ptr<actor_directory> caches) {
   using namespace actors;
   init_proxy(self, std::move(bridge), std::move(peer), target);
   auto report_to = std::make_shared<caf::actor>();
@@ -186,6 +186,18 @@ caf::behavior worker_proxy(proxy_actor* self, std::shared_ptr<node_bridge> bridg
       [=](run_atom, uint64_t batches, uint64_t epoch) {
         *report_to = caf::actor_cast<caf::actor>(self->current_sender());
         return forward<worker_result>(self, frame_type::worker_run, encode_payload(batches, epoch));
+      },
+      // Its cache tiers travel as refs (node, target): the worker's node
+      // maps them to its own cache tiers or proxies.
+      [=](rebind_atom, const std::vector<cache_tier_actor>& tiers) {
+        auto d = caches.lock();
+        if (!d)
+          return forward_wire<ok_atom>(self, frame_type::worker_rebind,
+                                       expected<std::vector<actor_ref>>(
+                                           error(errc::unavailable, "the transport is stopped")));
+        std::vector<caf::actor> handles;
+        for (const auto& t : tiers) handles.push_back(caf::actor_cast<caf::actor>(t));
+        return forward_wire<ok_atom>(self, frame_type::worker_rebind, refs_of(*d, handles));
       },
       [=](stats_atom) { return forward<actor_stats>(self, frame_type::worker_stats, {}); },
       [=](frame_atom, const frame_ptr& f) {
@@ -272,6 +284,12 @@ expected<std::unique_ptr<node_transport>> node_transport::start(caf::actor_syste
         return sys->spawn(shard_proxy, b, node, target, *weak);
       });
   *weak = t->directory_;
+  t->cache_directory_ = std::make_shared<actor_directory>(
+      t->bridge_,
+      [sys, b = t->bridge_, weak](const std::string& node, uint32_t target) {
+        return sys->spawn(cache_proxy, b, node, target, *weak);
+      },
+      "cache tier");
   return t;
 }
 
@@ -283,6 +301,7 @@ void node_transport::stop() {
   for (auto& [target, relay] : relays_) caf::anon_send_exit(relay, caf::exit_reason::user_shutdown);
   relays_.clear();
   if (directory_) directory_->clear();
+  if (cache_directory_) cache_directory_->clear();
   upstream_.clear();
 }
 
@@ -396,13 +415,14 @@ void node_transport::export_dense(uint32_t target, actors::dense_actor dense) {
 }
 
 void node_transport::export_cache(uint32_t target, actors::cache_tier_actor cache) {
+  cache_directory_->add_local(target, caf::actor_cast<caf::actor>(cache));
   auto relay = system_.spawn(cache_relay, bridge_, std::move(cache), directory_);
   std::lock_guard lock(mu_);
   relays_[target] = relay;
 }
 
 void node_transport::export_worker(uint32_t target, actors::worker_actor worker) {
-  auto relay = system_.spawn(worker_relay, bridge_, std::move(worker), target);
+  auto relay = system_.spawn(worker_relay, bridge_, std::move(worker), target, cache_directory_);
   std::lock_guard lock(mu_);
   relays_[target] = relay;
 }
@@ -422,12 +442,12 @@ actors::shard_actor node_transport::remote_shard(const std::string& peer, uint32
 }
 
 actors::cache_tier_actor node_transport::remote_cache(const std::string& peer, uint32_t target) {
-  return caf::actor_cast<actors::cache_tier_actor>(
-      system_.spawn(cache_proxy, bridge_, peer, target, std::weak_ptr<actor_directory>(directory_)));
+  return caf::actor_cast<actors::cache_tier_actor>(cache_directory_->proxy(peer, target));
 }
 
 actors::worker_actor node_transport::remote_worker(const std::string& peer, uint32_t target) {
-  auto proxy = system_.spawn(worker_proxy, bridge_, peer, target);
+  auto proxy = system_.spawn(worker_proxy, bridge_, peer, target,
+                             std::weak_ptr<actor_directory>(cache_directory_));
   std::lock_guard lock(mu_);
   upstream_[{peer, target}] = proxy;
   return caf::actor_cast<actors::worker_actor>(proxy);

@@ -90,6 +90,8 @@ class node_transport {
   // (shards: one per (peer, target), the same one routing tables resolve to).
   actors::shard_actor remote_shard(const std::string& peer, uint32_t target);
   actors::dense_actor remote_dense(const std::string& peer, uint32_t target);
+  // (Cache tiers: one per (peer, target), as for shards: a worker told its
+  // relocated cache tiers gets the same one.)
   actors::cache_tier_actor remote_cache(const std::string& peer, uint32_t target);
   // Its progress reports reach the sender of run (a coordinator_actor).
   actors::worker_actor remote_worker(const std::string& peer, uint32_t target);
@@ -104,6 +106,8 @@ class node_transport {
   caf::actor_system& system_;
   std::shared_ptr<node_bridge> bridge_;
   std::shared_ptr<actor_directory> directory_;
+  // Cache tiers exported here and proxies of other nodes' (worker_rebind).
+  std::shared_ptr<actor_directory> cache_directory_;
   std::mutex mu_;
   std::unordered_map<uint32_t, caf::actor> relays_;  // target -> relay actor
   std::unordered_map<uint32_t, bool> echo_targets_;

@@ -27,7 +27,8 @@ caf::behavior cache_relay(caf::event_based_actor* self, std::shared_ptr<node_bri
 caf::behavior dense_relay(caf::event_based_actor* self, std::shared_ptr<node_bridge> bridge,
                           actors::dense_actor dense);
 caf::behavior worker_relay(caf::event_based_actor* self, std::shared_ptr<node_bridge> bridge,
-                           actors::worker_actor worker, uint32_t target);
+                           actors::worker_actor worker, uint32_t target,
+                           std::shared_ptr<actor_directory> caches);
 caf::behavior spawner_relay(caf::event_based_actor*, std::shared_ptr<node_bridge> bridge,
                             node_transport::spawn_fn spawn, node_transport::retire_fn retire);
 

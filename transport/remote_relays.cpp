@@ -248,7 +248,8 @@ caf::behavior dense_relay(caf::event_based_actor* self, std::shared_ptr<node_bri
 // worker_progress frames, before the run's reply (same relay, same peer
 // sequence).
 caf::behavior worker_relay(caf::event_based_actor* self, std::shared_ptr<node_bridge> bridge,
-                           actors::worker_actor worker, uint32_t target) {
+                           actors::worker_actor worker, uint32_t target,
+                           std::shared_ptr<actor_directory> caches) {
   using namespace actors;
   auto runner = std::make_shared<std::string>();
   return {
@@ -267,6 +268,21 @@ caf::behavior worker_relay(caf::event_based_actor* self, std::shared_ptr<node_br
             if (decode_request(b, *f))
               relay<actor_stats>(self, bridge, f, worker, stats_atom::value);
             break;
+          case frame_type::worker_rebind: {
+            std::vector<actor_ref> refs;
+            if (!decode_request(b, *f, refs)) break;
+            auto handles = actors_of(*caches, refs);
+            if (!handles) {
+              reply_error(
+                  b, *f,
+                  "node '" + b.name() + "': bad worker_rebind payload: " + handles.err().message());
+              break;
+            }
+            std::vector<cache_tier_actor> tiers;
+            for (const auto& h : *handles) tiers.push_back(caf::actor_cast<cache_tier_actor>(h));
+            relay<ok_atom>(self, bridge, f, worker, rebind_atom::value, std::move(tiers));
+            break;
+          }
           default:
             unsupported(b, *f, "worker");
         }

@@ -7,10 +7,13 @@
 // and exits 0, `strata status` shows it "left (drained)" with no shard, its
 // shard's files are gone from its ssd_path, and the final checkpoint passes
 // the exact-sum oracle. The refusals are named first: the coordinator's
-// node, an unknown node, a node hosting workers and a cache tier, a standby
-// node that has not joined; n2 started again after it left is refused (a
-// starting node connects once per run). A drained standby node started
-// again joins again and takes shards (exact sums). Real processes over UCX
+// node, an unknown node, a standby node that has not joined; n2 started
+// again after it left is refused (a starting node connects once per run).
+// A drained standby node started again joins again and takes shards (exact
+// sums). A node that hosts a worker, a cache tier and a shard is drained
+// too: its worker resumes its stream on the coordinator's node, its cache
+// tier moves there (a worker on another node is told), its shard moves,
+// and the exact sums hold (async and pass mode). Real processes over UCX
 // on loopback.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -54,14 +57,6 @@ void drain_while_training(bool pass) {
     auto [rc, out, err] = drain("n9");
     EXPECT_EQ(rc, 1) << out;
     EXPECT_NE(err.find("HTTP 400: node: unknown node \"n9\" (nodes: n0, n1, n2, n3)"),
-              std::string::npos)
-        << err;
-  }
-  {
-    auto [rc, out, err] = drain("n1");
-    EXPECT_EQ(rc, 1) << out;
-    EXPECT_NE(err.find("HTTP 409: node n1 hosts workers 1 and cache tier 1: draining moves "
-                       "shards only; place workers and caches elsewhere in the manifest"),
               std::string::npos)
         << err;
   }
@@ -172,6 +167,67 @@ TEST(Drain, ANodeHostingOnlyShardsLeavesWhileTrainingGoesOnWithExactSums) {
 
 TEST(Drain, ANodeHostingOnlyShardsLeavesWhileTrainingGoesOnWithExactSumsPassMode) {
   drain_while_training(true);
+}
+
+// n2 hosts worker 1, cache tier 2 and shard 2; worker 2 (on n1) uses cache
+// tier 2 in async mode, every worker every cache tier in pass mode. The
+// drain relocates worker 1 and cache tier 2 to n0 at a cut (worker 2 on n1
+// is told its new cache tier over the transport), moves shard 2, and n2
+// leaves; training goes on and the final checkpoint holds the exact sums
+// of every worker's position: no example skipped or trained twice.
+const standby_placements worker_and_cache_on_n2{"[n0, n1, n2]", "[n0, n2, n1]"};
+
+void drain_worker_and_cache_node(bool pass) {
+  temp_dir dir;
+  const fs::path d = dir.path();
+  standby_cluster c(d, 0, /*one_epoch=*/true, pass, worker_and_cache_on_n2);
+  c.wait_for_training();
+  const std::string m = c.manifest().string();
+  auto [rcd, outd, errd] = c.cli({"drain", "--manifest", m, "--node", "n2"});
+  ASSERT_EQ(rcd, 0) << outd << errd << c.launch().out() << c.launch().err();
+  const auto answer = nlohmann::json::parse(outd, nullptr, false);
+  ASSERT_TRUE(answer.is_object()) << outd;
+  EXPECT_EQ(answer["left"], true) << outd;
+  ASSERT_EQ(answer["workers"].size(), 1u) << outd;
+  EXPECT_EQ(answer["workers"][0]["worker"], 1) << outd;
+  EXPECT_EQ(answer["workers"][0]["node"], "n0") << outd;
+  ASSERT_EQ(answer["caches"].size(), 1u) << outd;
+  EXPECT_EQ(answer["caches"][0]["cache"], 2) << outd;
+  EXPECT_EQ(answer["caches"][0]["node"], "n0") << outd;
+  ASSERT_EQ(answer["shards"].size(), 1u) << outd;
+  EXPECT_EQ(answer["shards"][0]["shard"], 2) << outd;
+  EXPECT_NE(c.launch().out().find("cluster: node n2 left (drained: it hosts no shard)"),
+            std::string::npos)
+      << c.launch().out();
+
+  auto st = c.status();
+  ASSERT_TRUE(st.is_object());
+  ASSERT_EQ(st["caches"].size(), 3u) << st.dump();
+  EXPECT_EQ(st["caches"][2]["node"], "n0") << st.dump();
+  EXPECT_EQ(st["caches"][2]["health"], "ok") << st.dump();
+  EXPECT_EQ(c.health("n2"), "left (drained)");
+  if (c.launch().running()) {
+    const uint64_t before = st["training"]["examples"].get<uint64_t>();
+    ASSERT_NO_FATAL_FAILURE(c.wait_for_more_training(before));
+  }
+  c.stop_cleanly();
+  auto latest = actors::latest_checkpoint(d / "ckpt");
+  ASSERT_TRUE(latest) << "no checkpoint\n" << c.launch().out();
+  auto positions = check_exact_sums(c.manifest(), *latest);
+  ASSERT_EQ(positions.size(), 3u);
+  for (auto p : positions) EXPECT_GT(p, 0u);
+  uint64_t trained = 0;
+  for (auto p : positions) trained += p;
+  EXPECT_GT(trained, st["training"]["batches"].get<uint64_t>())
+      << "no batch was trained after the drain";
+}
+
+TEST(Drain, ANodeHostingAWorkerACacheTierAndAShardLeavesWithExactSums) {
+  drain_worker_and_cache_node(false);
+}
+
+TEST(Drain, ANodeHostingAWorkerACacheTierAndAShardLeavesWithExactSumsPassMode) {
+  drain_worker_and_cache_node(true);
 }
 
 // A drained standby node started again joins again (a repaired host put

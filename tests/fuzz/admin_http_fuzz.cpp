@@ -45,8 +45,12 @@ coordinator_actor::behavior_type fake_coordinator(coordinator_actor::pointer, ca
         r.epoch = 2;
         return r;
       },
-      [](drain_atom, std::vector<uint32_t>&, std::vector<std::string>&) -> caf::result<scale_result> {
+      [](drain_atom, std::vector<uint32_t>&,
+         std::vector<std::string>&) -> caf::result<scale_result> {
         return caf::make_error(caf::sec::invalid_argument, "nothing to drain");
+      },
+      [](relocate_atom, std::vector<uint32_t>&, std::vector<uint32_t>&) -> caf::result<ok_atom> {
+        return caf::make_error(caf::sec::invalid_argument, "nothing to relocate");
       },
       [shard, cache](map_atom) {
         cluster_status st;
