@@ -164,6 +164,7 @@ def string(s):
 SHARD_PULL, SHARD_PUSH, SHARD_TICK, HEARTBEAT, REPLY_ERROR = 16, 17, 20, 3, 65
 SHARD_PULL_AHEAD = 23
 SHARD_MIGRATE, SHARD_COMMIT, CACHE_MAP, SPAWN_SHARD = 38, 43, 31, 56
+WORKER_REBIND = 46
 
 
 def vec_u32(values):
@@ -212,6 +213,11 @@ frame = {
                                            + struct.pack("<QQ", 1, 1 << 40) + b"n0"),
     "commit-ref-truncated-target": node_frame(SHARD_COMMIT, 1, routing[:-2]),
     "spawn-shard-path": node_frame(SPAWN_SHARD, 1, struct.pack("<I", 3) + string(b"/etc")),
+    # a drain relocating cache tiers: a worker told its cache tiers as refs
+    "valid-worker-rebind": node_frame(WORKER_REBIND, 1, actor_refs([(b"n0", 0x20000),
+                                                                   (b"n1", 0x20001)])),
+    "worker-rebind-truncated-ref": node_frame(WORKER_REBIND, 1,
+                                              actor_refs([(b"n0", 0x20000)])[:-3]),
 }
 
 corpora = {"frame": frame, "wire": wire, "serving_http": serving_http, "admin_http": admin_http, "reader": reader}

@@ -4,7 +4,10 @@
 // rows as shard_migrate_in), fence, commit, forwarding and resend. A
 // decoded ref this node cannot map (unknown node, a target no shard is
 // exported as, an owner index without a shard) is a reply_error naming it.
-// Real shards, real LMDB, real bridges over UCX on loopback.
+// Cache tiers travel the same way when a worker is told its relocated cache
+// tiers (worker_rebind, a drain): its node maps each ref to its own cache
+// tier or a proxy, and hostile refs are refused, named. Real shards, cache
+// tiers and LMDB, real bridges over UCX on loopback.
 #include <gtest/gtest.h>
 
 #include <caf/all.hpp>
@@ -13,6 +16,7 @@
 #include <future>
 #include <string>
 
+#include "actors/cache_tier_actor.hpp"
 #include "actors/partition_map.hpp"
 #include "actors/shard_actor.hpp"
 #include "tests/actors/actor_test_util.hpp"
@@ -85,12 +89,14 @@ struct two_nodes {
     return out;
   }
 
-  // Sends a raw request frame from node a to b's shard; the reply frame.
-  inbound_frame ask_b(frame_type type, std::vector<std::byte> payload) {
+  // Sends a raw request frame from node a to b's shard (or `target`); the
+  // reply frame.
+  inbound_frame ask_b(frame_type type, std::vector<std::byte> payload, uint32_t target = target_b) {
     auto answer = std::make_shared<std::promise<expected<inbound_frame>>>();
     auto f = answer->get_future();
-    auto s = a->bridge().request("b", type, target_b, std::move(payload),
-                                 [answer](expected<inbound_frame> r) { answer->set_value(std::move(r)); });
+    auto s = a->bridge().request(
+        "b", type, target, std::move(payload),
+        [answer](expected<inbound_frame> r) { answer->set_value(std::move(r)); });
     EXPECT_TRUE(s) << s.err().to_string();
     EXPECT_EQ(f.wait_for(60s), std::future_status::ready);
     auto r = f.get();
@@ -216,6 +222,98 @@ TEST(ShardRefs, ARefToAnUnknownNodeOrTargetIsAnErrorNamingIt) {
   // b's shard still serves (nothing was committed).
   auto stats = n.call<actors::tier_stats>(n.shard_b, actors::stats_atom::value);
   EXPECT_TRUE(stats);
+}
+
+// A worker on b (a stand-in that keeps what it is told) is told its cache
+// tiers from a: one exported on a, one exported on b (a's proxy of it).
+// b maps them to a proxy of a's and to its own, which answer; refs b
+// cannot map, and a cache tier a cannot name, are errors naming them.
+TEST(CacheRefs, AWorkerIsToldItsCacheTiersAcrossNodesAndHostileRefsAreRefused) {
+  temp_dir dir;
+  two_nodes n(dir.path());
+  constexpr uint32_t cache_target_a = 0x20000, cache_target_b = 0x20001, worker_target = 0x30000;
+  auto cache = [&](uint32_t index) {
+    actors::cache_config cc;
+    cc.index = index;
+    cc.table = n.table;
+    auto c = actors::spawn_cache_tier(n.system, cc, actors::training_mode::pass,
+                                      {n.shard_a, n.shard_b}, actors::partition_map(8, 2));
+    EXPECT_TRUE(c) << c.err().to_string();
+    return *c;
+  };
+  auto cache_a = cache(0), cache_b = cache(1);
+  n.a->export_cache(cache_target_a, cache_a);
+  n.b->export_cache(cache_target_b, cache_b);
+  auto told = std::make_shared<std::promise<std::vector<actors::cache_tier_actor>>>();
+  auto worker =
+      n.system.spawn([told](actors::worker_actor::pointer) -> actors::worker_actor::behavior_type {
+        return {
+            [](actors::run_atom, uint64_t, uint64_t) { return actors::worker_result{}; },
+            [told](actors::rebind_atom, std::vector<actors::cache_tier_actor>& caches) {
+              told->set_value(caches);
+              return actors::ok_atom::value;
+            },
+            [](actors::stats_atom) {
+              return actors::actor_stats{"worker", 0, 0};
+            },
+        };
+      });
+  n.b->export_worker(worker_target, worker);
+  auto proxy = n.a->remote_worker("b", worker_target);
+
+  auto ok = n.call<actors::ok_atom>(
+      proxy, actors::rebind_atom::value,
+      std::vector<actors::cache_tier_actor>{cache_a, n.a->remote_cache("b", cache_target_b)});
+  ASSERT_TRUE(ok) << ok.err().to_string();
+  auto future = told->get_future();
+  ASSERT_EQ(future.wait_for(60s), std::future_status::ready);
+  const auto caches = future.get();
+  ASSERT_EQ(caches.size(), 2u);
+  EXPECT_EQ(caches[1], cache_b) << "b's own cache tier should be the exported actor itself";
+  EXPECT_NE(caches[0], cache_a) << "a's cache tier should reach b's worker as a proxy";
+  auto stats = n.call<actors::tier_stats>(caches[0], actors::stats_atom::value);
+  ASSERT_TRUE(stats) << stats.err().to_string();
+  EXPECT_EQ(stats->index, 0u) << "the proxy should reach a's cache tier 0";
+
+  // A cache tier that is neither exported on a nor a proxy: a names it.
+  auto hidden = cache(2);
+  auto refused = n.call<actors::ok_atom>(proxy, actors::rebind_atom::value,
+                                         std::vector<actors::cache_tier_actor>{hidden});
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.err().message().find("node 'a': cache tier actor"), std::string::npos)
+      << refused.err().message();
+  EXPECT_NE(refused.err().message().find("is neither exported here nor a proxy of another "
+                                         "node's cache tier"),
+            std::string::npos)
+      << refused.err().message();
+
+  // Hostile refs in a raw frame: b names what it cannot map.
+  auto r = n.ask_b(frame_type::worker_rebind,
+                   encode_payload(std::vector<actor_ref>{actor_ref{"nowhere", cache_target_a}}),
+                   worker_target);
+  ASSERT_EQ(r.header.type, frame_type::reply_error);
+  EXPECT_NE(error_text(r).find("node 'b': bad worker_rebind payload: node 'b': a cache tier on "
+                               "unknown node 'nowhere' (target 131072; peers: a)"),
+            std::string::npos)
+      << error_text(r);
+  r = n.ask_b(frame_type::worker_rebind, encode_payload(std::vector<actor_ref>{actor_ref{"b", 99}}),
+              worker_target);
+  EXPECT_NE(error_text(r).find("node 'b' exports no cache tier as target 99"), std::string::npos)
+      << error_text(r);
+  // A shard's target is not a cache tier.
+  r = n.ask_b(frame_type::worker_rebind,
+              encode_payload(std::vector<actor_ref>{actor_ref{"b", target_b}}), worker_target);
+  EXPECT_NE(error_text(r).find("node 'b' exports no cache tier as target 65537"), std::string::npos)
+      << error_text(r);
+  // Sent to a shard, the frame is refused as not its kind.
+  r = n.ask_b(frame_type::worker_rebind,
+              encode_payload(std::vector<actor_ref>{actor_ref{"b", cache_target_b}}));
+  EXPECT_NE(error_text(r).find("is a shard, not a worker_rebind receiver"), std::string::npos)
+      << error_text(r);
+
+  for (const auto& a : {caf::actor_cast<caf::actor>(cache_a), caf::actor_cast<caf::actor>(cache_b),
+                        caf::actor_cast<caf::actor>(hidden), caf::actor_cast<caf::actor>(worker)})
+    caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
 }
 
 }  // namespace
