@@ -158,6 +158,10 @@ struct training_cluster {
   // scale spawns on it). Shared by the copies of this struct.
   std::shared_ptr<std::function<void(const shard_actor&)>> spawned =
       std::make_shared<std::function<void(const shard_actor&)>>();
+  // Told of every cache tier a drain relocates to this node (the
+  // coordinator's), once it replaced the old one; like `spawned`.
+  using relocated_fn = std::function<void(uint32_t index, const cache_tier_actor&)>;
+  std::shared_ptr<relocated_fn> relocated_cache = std::make_shared<relocated_fn>();
 
   void stop();
 };

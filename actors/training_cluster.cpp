@@ -223,7 +223,11 @@ expected<training_cluster> spawn_training_cluster(caf::actor_system& system,
                                            std::vector<cache_tier_actor> caches) {
     return make_worker(index, position, std::move(caches));
   };
-  relocations.published = placement.publish_cache;
+  relocations.published = [publish = placement.publish_cache, told = cluster.relocated_cache](
+                              uint32_t index, const cache_tier_actor& cache) {
+    if (publish) publish(index, cache);
+    if (*told) (*told)(index, cache);
+  };
   cluster.coordinator = spawn_coordinator(
       system, config.mode, config.pass_batches,
       coordinator_peers{cluster.workers, cluster.caches, cluster.shards, cluster.dense, factory,

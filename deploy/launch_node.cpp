@@ -292,6 +292,17 @@ int run_node(const std::string& path, const std::string& node, const std::string
     std::fflush(stdout);
   }
 
+  // Where each cache tier lives now: the manifest's placement, then this
+  // node for one a drain relocated here (its /metrics and report keep it).
+  struct cache_home_list {
+    std::mutex mu;
+    std::string me;
+    std::vector<std::string> nodes;
+  };
+  auto cache_homes = std::make_shared<cache_home_list>();
+  cache_homes->me = member ? member->name() : std::string();
+  cache_homes->nodes = m.cache_nodes;
+
   const uint64_t total = planned_examples(c);
   std::atomic<double> rate{0};  // the progress line's examples/s, for /status
   status_line line;
@@ -418,6 +429,15 @@ int run_node(const std::string& path, const std::string& node, const std::string
     *cluster.spawned = [exporter = metrics.get()](const actors::shard_actor& s) {
       exporter->watch_shard(s);
     };
+    // And the cache tiers a drain relocates here (from a node that left).
+    *cluster.relocated_cache = [exporter = metrics.get(), cache_homes](
+                                   uint32_t index, const actors::cache_tier_actor& c) {
+      {
+        std::lock_guard lock(cache_homes->mu);
+        if (index < cache_homes->nodes.size()) cache_homes->nodes[index] = cache_homes->me;
+      }
+      exporter->watch_cache(c);
+    };
     if (member && member->bridge()) {
       auto* bridge = member->bridge();
       metrics->watch_transport([bridge] { return bridge->stats(); });
@@ -436,8 +456,13 @@ int run_node(const std::string& path, const std::string& node, const std::string
         // Shards where they are now (a scale or drain moves them).
         const auto shard_homes =
             member->spawner() ? member->spawner()->homes() : m.shard_nodes;
+        std::vector<std::string> cache_nodes;
+        {
+          std::lock_guard lock(cache_homes->mu);
+          cache_nodes = cache_homes->nodes;
+        }
         std::erase_if(own.tiers, [&](const actors::tier_stats& t) {
-          const auto& nodes = t.kind == "shard" ? shard_homes : m.cache_nodes;
+          const auto& nodes = t.kind == "shard" ? shard_homes : cache_nodes;
           return t.index >= nodes.size() || nodes[t.index] != member->name();
         });
       }

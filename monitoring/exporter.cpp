@@ -59,6 +59,14 @@ class exporter::collector : public prometheus::Collectable {
     shards_.push_back({std::move(shard), std::nullopt});
   }
 
+  // A cache tier relocated here at run time (a drain's successor): asked
+  // from now on.
+  void watch_cache(actors::cache_tier_actor cache) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (frozen_ || system_ == nullptr) return;
+    caches_.push_back(std::move(cache));
+  }
+
   // Called when a watched shard exits (on its thread): stop asking it. One
   // that was told to (user_shutdown: a scale or drain retired it here; a
   // run that ends freezes or detaches first) leaves /metrics with its
@@ -247,6 +255,10 @@ void exporter::watch(caf::actor_system& system, const std::vector<actors::shard_
   // An actor that has already exited runs the functor at once.
   for (const auto& s : shards) attach_shard(s);
   for (const auto& c : caches) caf::actor_cast<caf::actor>(c)->attach_functor(on_exit);
+}
+
+void exporter::watch_cache(const actors::cache_tier_actor& cache) {
+  impl_->metrics->watch_cache(cache);
 }
 
 void exporter::watch_shard(const actors::shard_actor& shard) {

@@ -77,6 +77,10 @@ class exporter {
   // that fails keeps its last values. No-op before watch() or after
   // freeze()/detach().
   void watch_shard(const actors::shard_actor& shard);
+  // A cache tier relocated to this node at run time (a drain moved it from
+  // a node that left): scraped from now on, with its `cache` label. No-op
+  // before watch() or after freeze()/detach().
+  void watch_cache(const actors::cache_tier_actor& cache);
   // Scrapes from now on also export this node's transport counters
   // (strata_transport_*); `source` is called at scrape time from the
   // exporter's threads (node_bridge::stats() is thread-safe) until

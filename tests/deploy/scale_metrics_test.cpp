@@ -6,7 +6,8 @@
 // coordinator's own node); a scrape of each node shows the new shard's
 // series (label shard="3" / shard="4") there and nowhere else; a scale back
 // to 3 retires them and their series are gone. The same in one process
-// (strata launch of a single-node manifest): 2 -> 4 -> 2.
+// (strata launch of a single-node manifest): 2 -> 4 -> 2. A cache tier a
+// drain relocates to the coordinator's node is exported there.
 // Polls with deadlines; no fixed sleeps.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -67,11 +68,13 @@ fs::path write_manifest(const fs::path& d, uint16_t admin_port,
   return file;
 }
 
-// Whether node `port`'s scrape has a series labelled shard="<index>".
-bool exports_shard(uint16_t port, uint32_t index) {
+// Whether node `port`'s scrape has a series labelled <kind>="<index>".
+bool exports_tier(uint16_t port, const std::string& kind, uint32_t index) {
   auto body = monitoring::testing::http_get(port, "/metrics");
-  return body && body->find("shard=\"" + std::to_string(index) + "\"") != std::string::npos;
+  return body && body->find(kind + "=\"" + std::to_string(index) + "\"") != std::string::npos;
 }
+
+bool exports_shard(uint16_t port, uint32_t index) { return exports_tier(port, "shard", index); }
 
 struct run {
   fs::path dir;
@@ -94,14 +97,8 @@ struct run {
 // Scales to `up` (placement `where`, empty: none) and back to `down` while
 // training; `hosts[i]` is the metrics port of the node that must export
 // shard `down + i`.
-void scrape_around_scale(size_t nodes, uint32_t up, std::vector<std::string> where,
-                         std::vector<size_t> hosts) {
-  temp_dir dir;
-  std::vector<uint16_t> ports;
-  for (size_t i = 0; i < nodes; ++i) ports.push_back(testing::free_port());
-  run r{dir.path(), write_manifest(dir.path(), testing::free_port(), ports).string()};
-  const uint32_t down = nodes > 1 ? 3 : 2;
-  strata_process cluster({"launch", r.manifest}, r.dir / "out.txt", r.dir / "err.txt");
+// Waits until the cluster trains.
+void wait_for_training(run& r, strata_process& cluster) {
   ASSERT_TRUE(poll_until(
       [&] {
         if (!cluster.running()) return true;
@@ -112,6 +109,17 @@ void scrape_around_scale(size_t nodes, uint32_t up, std::vector<std::string> whe
       deadline_s))
       << cluster.out() << cluster.err();
   ASSERT_TRUE(cluster.running()) << "the cluster ended\n" << cluster.out() << cluster.err();
+}
+
+void scrape_around_scale(size_t nodes, uint32_t up, std::vector<std::string> where,
+                         std::vector<size_t> hosts) {
+  temp_dir dir;
+  std::vector<uint16_t> ports;
+  for (size_t i = 0; i < nodes; ++i) ports.push_back(testing::free_port());
+  run r{dir.path(), write_manifest(dir.path(), testing::free_port(), ports).string()};
+  const uint32_t down = nodes > 1 ? 3 : 2;
+  strata_process cluster({"launch", r.manifest}, r.dir / "out.txt", r.dir / "err.txt");
+  ASSERT_NO_FATAL_FAILURE(wait_for_training(r, cluster));
   // Before: the first shards only.
   for (auto port : ports) ASSERT_TRUE(monitoring::testing::http_get(port, "/metrics"));
   for (uint32_t s = down; s < up; ++s)
@@ -173,6 +181,31 @@ TEST(ScaleMetrics, ThreeNodesExportTheShardsSpawnedOnThemAndDropRetiredOnes) {
 
 TEST(ScaleMetrics, OneProcessExportsTheShardsAScaleSpawnsAndDropsRetiredOnes) {
   scrape_around_scale(1, 4, {}, {0, 0});
+}
+
+// Draining n1 relocates its cache tier 1 to n0 (the coordinator's node):
+// n0's /metrics exports it from then on (label cache="1"), n1 having left.
+TEST(ScaleMetrics, ACacheTierADrainRelocatesIsExportedByItsNewNode) {
+  temp_dir dir;
+  std::vector<uint16_t> ports;
+  for (size_t i = 0; i < 3; ++i) ports.push_back(testing::free_port());
+  run r{dir.path(), write_manifest(dir.path(), testing::free_port(), ports).string()};
+  strata_process cluster({"launch", r.manifest}, r.dir / "out.txt", r.dir / "err.txt");
+  ASSERT_NO_FATAL_FAILURE(wait_for_training(r, cluster));
+  EXPECT_TRUE(poll_until([&] { return exports_tier(ports[1], "cache", 1); }, 60))
+      << "cache tier 1 is not on n1's /metrics";
+  EXPECT_FALSE(exports_tier(ports[0], "cache", 1)) << "cache tier 1 on n0 before the drain";
+
+  auto [rcd, outd, errd] = r.cli({"drain", "--manifest", r.manifest, "--node", "n1"});
+  ASSERT_EQ(rcd, 0) << outd << errd << cluster.out() << cluster.err();
+  EXPECT_TRUE(poll_until([&] { return exports_tier(ports[0], "cache", 1); }, 60))
+      << "the relocated cache tier 1 is not on n0's /metrics";
+
+  auto [rcx, outx, errx] = r.cli({"stop", "--manifest", r.manifest});
+  EXPECT_EQ(rcx, 0) << errx;
+  auto st = cluster.wait(deadline_s);
+  ASSERT_TRUE(st) << "the cluster did not stop\n" << cluster.out() << cluster.err();
+  EXPECT_TRUE(WIFEXITED(*st) && WEXITSTATUS(*st) == 0) << cluster.out() << cluster.err();
 }
 
 }  // namespace
