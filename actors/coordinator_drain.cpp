@@ -14,16 +14,6 @@
 #include "actors/coordinator_internal.hpp"
 
 namespace strata::actors::coordinator_impl {
-namespace {
-
-std::string index_list(const std::vector<uint32_t>& indices) {
-  std::string out;
-  for (uint32_t i : indices) out += (out.empty() ? "" : ", ") + std::to_string(i);
-  return out;
-}
-
-}  // namespace
-
 caf::typed_response_promise<scale_result> start_drain(
     coordinator_pointer self, const std::vector<uint32_t>& indices,
     const std::vector<std::string>& destinations) {

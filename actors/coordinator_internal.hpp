@@ -120,6 +120,13 @@ void on_all_ok(coordinator_pointer self, const std::vector<Handle>& targets,
             [self](caf::error& err) { fail(self, std::move(err)); });
 }
 
+// "1, 3, 4": indices for messages.
+inline std::string index_list(const std::vector<uint32_t>& indices) {
+  std::string out;
+  for (uint32_t i : indices) out += (out.empty() ? "" : ", ") + std::to_string(i);
+  return out;
+}
+
 // coordinator_training.cpp
 void async_round(coordinator_pointer self);
 void start_pass(coordinator_pointer self);

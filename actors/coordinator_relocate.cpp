@@ -27,12 +27,6 @@
 namespace strata::actors::coordinator_impl {
 namespace {
 
-std::string index_list(const std::vector<uint32_t>& indices) {
-  std::string out;
-  for (uint32_t i : indices) out += (out.empty() ? "" : ", ") + std::to_string(i);
-  return out;
-}
-
 void exit_all(const std::vector<caf::actor>& actors) {
   for (const auto& a : actors)
     if (a) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);

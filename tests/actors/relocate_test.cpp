@@ -135,25 +135,15 @@ TEST_P(RelocateBitExact, RowsEqualAReferenceRunThatNeverMoved) {
   std::vector<uint64_t> keys;
   for (const auto& [key, sum] : sums) keys.push_back(key);
   auto run_once = [&](bool relocate) {
-    temp_dir dir;
-    const auto config = scaling_cluster(GetParam(), dir.path(), 1, 1, optimizer_kind::adagrad);
-    deterministic_system ds;
-    uint64_t reported = 0;
-    auto bad_rows = std::make_shared<uint64_t>(0);
-    auto cluster =
-        spawn_training_cluster(ds.system(), config, seams_for(batches, bad_rows),
-                               [&reported](const training_progress& p) { reported = p.batches; });
-    EXPECT_TRUE(cluster) << cluster.err().to_string();
-    training_summary summary;
-    std::vector<std::pair<std::vector<uint32_t>, std::vector<uint32_t>>> moves;
-    if (relocate) moves = {{{0}, {0, 1}}, {{0}, {1}}};
-    const auto errors = train_and_relocate(ds, *cluster, reported, moves, {15, 35}, summary);
-    for (const auto& e : errors) EXPECT_EQ(e, "");
-    EXPECT_EQ(summary.batches, batches);
-    auto rows = read_rows(ds, *cluster, keys, config.table.layout);
-    cluster->stop();
-    ds.drain_jobs();
-    return rows;
+    return one_worker_rows(
+        GetParam(), batches, keys,
+        [&](deterministic_system& ds, training_cluster& cluster, const uint64_t& reported,
+            training_summary& summary) {
+          std::vector<std::pair<std::vector<uint32_t>, std::vector<uint32_t>>> moves;
+          if (relocate) moves = {{{0}, {0, 1}}, {{0}, {1}}};
+          for (const auto& e : train_and_relocate(ds, cluster, reported, moves, {15, 35}, summary))
+            EXPECT_EQ(e, "");
+        });
   };
   const auto reference = run_once(false);
   const auto moved = run_once(true);

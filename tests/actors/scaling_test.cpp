@@ -164,25 +164,15 @@ TEST_P(ScaleBitExact, RowsEqualAReferenceRunWithoutScaling) {
   std::vector<uint64_t> keys;
   for (const auto& [key, sum] : sums) keys.push_back(key);
   auto run_once = [&](bool scale) {
-    temp_dir dir;
-    const auto config = scaling_cluster(GetParam(), dir.path(), 1, 1, optimizer_kind::adagrad);
-    deterministic_system ds;
-    uint64_t reported = 0;
-    auto bad_rows = std::make_shared<uint64_t>(0);
-    auto cluster =
-        spawn_training_cluster(ds.system(), config, seams_for(batches, bad_rows),
-                               [&reported](const training_progress& p) { reported = p.batches; });
-    EXPECT_TRUE(cluster) << cluster.err().to_string();
-    training_summary summary;
-    auto results = train_and_scale(ds, *cluster, reported,
-                                   scale ? std::vector<uint32_t>{4, 3} : std::vector<uint32_t>{},
-                                   15, 20, summary);
-    EXPECT_EQ(results.size(), scale ? 2u : 0u);
-    EXPECT_EQ(summary.batches, batches);
-    auto rows = read_rows(ds, *cluster, keys, config.table.layout);
-    cluster->stop();
-    ds.drain_jobs();
-    return rows;
+    return one_worker_rows(GetParam(), batches, keys,
+                           [&](deterministic_system& ds, training_cluster& cluster,
+                               const uint64_t& reported, training_summary& summary) {
+                             auto results = train_and_scale(
+                                 ds, cluster, reported,
+                                 scale ? std::vector<uint32_t>{4, 3} : std::vector<uint32_t>{}, 15,
+                                 20, summary);
+                             EXPECT_EQ(results.size(), scale ? 2u : 0u);
+                           });
   };
   const auto reference = run_once(false);
   const auto scaled = run_once(true);

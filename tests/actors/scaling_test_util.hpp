@@ -14,6 +14,7 @@
 #include "actors/local_cluster.hpp"
 #include "actors/partition_map.hpp"
 #include "tests/actors/training_test_util.hpp"
+#include "tests/tiers/test_util.hpp"
 #include "tiers/lmdb_tier.hpp"
 
 namespace strata::actors::scaling_test {
@@ -124,6 +125,33 @@ inline uint64_t lmdb_rows(const cluster_config& config, uint32_t shards) {
     EXPECT_TRUE(tier) << tier.err().to_string();
     if (tier) rows += (*tier)->size();
   }
+  return rows;
+}
+
+// A one-worker run (max in-flight 1, Adagrad: the order of updates is
+// deterministic) of `batches` batches in `mode`; `train(ds, cluster,
+// reported, summary)` runs it to the end, scaling or relocating on the way.
+// Returns the records of `keys`, read after the run.
+template <class Train>
+std::map<uint64_t, std::vector<std::byte>> one_worker_rows(training_mode mode, uint64_t batches,
+                                                           const std::vector<uint64_t>& keys,
+                                                           Train train) {
+  strata::testing::temp_dir dir;
+  const auto config = scaling_cluster(mode, dir.path(), 1, 1, optimizer_kind::adagrad);
+  deterministic_system ds;
+  uint64_t reported = 0;
+  auto bad_rows = std::make_shared<uint64_t>(0);
+  auto cluster =
+      spawn_training_cluster(ds.system(), config, seams_for(batches, bad_rows),
+                             [&reported](const training_progress& p) { reported = p.batches; });
+  EXPECT_TRUE(cluster) << cluster.err().to_string();
+  if (!cluster) return {};
+  training_summary summary;
+  train(ds, *cluster, reported, summary);
+  EXPECT_EQ(summary.batches, batches);
+  auto rows = read_rows(ds, *cluster, keys, config.table.layout);
+  cluster->stop();
+  ds.drain_jobs();
   return rows;
 }
 
