@@ -31,7 +31,7 @@ void fail(coordinator_pointer self, caf::error err) {
     st.run->deliver(err);
     st.run.reset();
   }
-  if (st.relocation) {
+  if (st.relocation) {  // waiting for a cut, or under way
     st.relocation->promise.deliver(err);
     st.relocation.reset();
   }
@@ -141,6 +141,8 @@ coordinator_actor::behavior_type coordinator_behavior(coordinator_pointer self, 
         out.scaling_to = s.scaling ? s.scaling->next.shards() : 0;
         out.workers = static_cast<uint32_t>(s.peers.workers.size());
         for (const auto& c : s.peers.caches) out.caches.push_back(caf::actor_cast<caf::actor>(c));
+        out.relocated_workers = s.relocated_workers;
+        out.relocated_caches = s.relocated_caches;
         return out;
       },
       [self](run_atom) -> caf::typed_response_promise<training_summary> {

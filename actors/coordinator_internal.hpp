@@ -86,13 +86,19 @@ struct coordinator_state {
   bool ended = false;  // the run answered (or failed)
 
   // Relocating workers and cache tiers (relocate_atom): one at a time,
-  // carried out at the next cut without a scale in progress.
+  // carried out at the next cut without a scale in progress. Kept here
+  // until answered (fail() answers one that is waiting or running).
   struct relocation_job {
     std::vector<uint32_t> workers, caches;
     caf::typed_response_promise<ok_atom> promise;
-    std::string what;  // "cannot relocate workers 2 and cache tiers 1: "
+    std::string what;  // "cannot relocate workers [2] and cache tiers [1] of cluster 'c': "
+    bool started = false;
   };
   std::optional<relocation_job> relocation;
+  // Training is ending (the final cut was reached): no cut comes any more.
+  bool ending = false;
+  // What relocations replaced so far (cluster_status: where they live).
+  std::vector<uint32_t> relocated_workers, relocated_caches;
 };
 
 using coordinator_pointer = coordinator_actor::stateful_pointer<coordinator_state>;
@@ -129,6 +135,8 @@ inline std::string index_list(const std::vector<uint32_t>& indices) {
 
 // coordinator_training.cpp
 void async_round(coordinator_pointer self);
+// Batches per worker per round (0: async rounds run to the end of the data).
+uint64_t round_grant(const coordinator_state& st);
 void start_pass(coordinator_pointer self);
 void on_progress(coordinator_pointer self, const progress_report& report);
 

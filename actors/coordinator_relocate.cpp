@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <caf/all.hpp>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 
@@ -32,92 +33,115 @@ void exit_all(const std::vector<caf::actor>& actors) {
     if (a) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
 }
 
-// Steps 2 to 6, once the leaving cache tiers are written back.
-void swap_in_successors(coordinator_pointer self, coordinator_state::relocation_job job,
-                        std::function<void()> next) {
+// Answers the relocation under way (ok, or `err`) and forgets it.
+void end_relocation(coordinator_pointer self, std::optional<caf::error> err) {
   auto& s = self->state;
+  if (!s.relocation) return;
+  if (err)
+    s.relocation->promise.deliver(std::move(*err));
+  else
+    s.relocation->promise.deliver(ok_atom::value);
+  s.relocation.reset();
+}
+
+// Before the swap: the move is abandoned, training goes on where it was.
+void abandon(coordinator_pointer self, const std::string& why, const std::function<void()>& next) {
+  auto& s = self->state;
+  end_relocation(self, caf::make_error(caf::sec::runtime_error,
+                                       s.relocation->what + why +
+                                           " (the move is abandoned; training goes on where "
+                                           "it was)"));
+  next();
+}
+
+// Steps 2 to 6, once the leaving cache tiers are written back.
+void swap_in_successors(coordinator_pointer self, std::function<void()> next) {
+  auto& s = self->state;
+  const auto job = *s.relocation;
   const auto& factory = s.peers.relocations;
   std::vector<caf::actor> spawned;
-  auto abandon = [&](const std::string& why) {
+  auto give_up = [&](const std::string& why) {
     exit_all(spawned);
-    job.promise.deliver(caf::make_error(
-        caf::sec::invalid_argument,
-        job.what + why + " (the move is abandoned; training goes on where it was)"));
-    next();
+    abandon(self, why, next);
   };
   std::vector<cache_tier_actor> caches = s.peers.caches;
   for (uint32_t c : job.caches) {
     auto successor = factory.spawn_cache(c, s.peers.shards, s.plan.map);
     if (!successor)
-      return abandon("spawning the successor of cache tier " + std::to_string(c) +
+      return give_up("spawning the successor of cache tier " + std::to_string(c) +
                      " failed: " + successor.err().to_string());
     spawned.push_back(caf::actor_cast<caf::actor>(*successor));
     caches[c] = *successor;
   }
   const bool async = s.mode == training_mode::async;
-  auto caches_of = [&](uint32_t w) {
+  auto caches_of = [async, caches](uint32_t w) {
     return async ? std::vector<cache_tier_actor>{caches[w % caches.size()]} : caches;
   };
   std::vector<worker_actor> workers = s.peers.workers;
+  std::vector<uint32_t> moved_workers;
   for (uint32_t w : job.workers) {
     if (s.finished[w]) continue;  // its stream has ended: nothing to resume
     auto successor = factory.spawn_worker(w, s.positions[w], caches_of(w));
     if (!successor)
-      return abandon("spawning the successor of worker " + std::to_string(w) + " (at batch " +
+      return give_up("spawning the successor of worker " + std::to_string(w) + " (at batch " +
                      std::to_string(s.positions[w]) +
                      " of its stream) failed: " + successor.err().to_string());
     spawned.push_back(caf::actor_cast<caf::actor>(*successor));
     workers[w] = *successor;
+    moved_workers.push_back(w);
   }
 
   // The swap: from here on a failure is the run's.
   std::vector<caf::actor> old;
   for (uint32_t c : job.caches) old.push_back(caf::actor_cast<caf::actor>(s.peers.caches[c]));
-  for (uint32_t w : job.workers)
-    if (workers[w] != s.peers.workers[w])
-      old.push_back(caf::actor_cast<caf::actor>(s.peers.workers[w]));
+  for (uint32_t w : moved_workers) old.push_back(caf::actor_cast<caf::actor>(s.peers.workers[w]));
   for (const auto& a : spawned) self->link_to(a);  // they stop with the cluster
   s.peers.caches = caches;
   s.peers.workers = workers;
+  auto record = [](std::vector<uint32_t>& into, const std::vector<uint32_t>& moved) {
+    into.insert(into.end(), moved.begin(), moved.end());
+    std::sort(into.begin(), into.end());
+    into.erase(std::unique(into.begin(), into.end()), into.end());
+  };
+  record(s.relocated_caches, job.caches);
+  record(s.relocated_workers, moved_workers);
   if (factory.published)
     for (uint32_t c : job.caches) factory.published(c, caches[c]);
 
   const std::set<uint32_t> moved_caches(job.caches.begin(), job.caches.end());
-  const std::set<uint32_t> moved_workers(job.workers.begin(), job.workers.end());
   std::vector<uint32_t> rebound;
   for (uint32_t w = 0; w < workers.size(); ++w) {
-    if (moved_workers.count(w) || s.finished[w]) continue;
+    if (moved_caches.empty() || s.finished[w]) continue;
+    if (std::find(moved_workers.begin(), moved_workers.end(), w) != moved_workers.end()) continue;
     if (async && !moved_caches.count(w % static_cast<uint32_t>(caches.size()))) continue;
-    if (moved_caches.empty()) continue;
     rebound.push_back(w);
   }
-  auto missing = std::make_shared<size_t>(rebound.size());
-  auto promise = job.promise;
-  auto done = [self, old, promise, next]() mutable {
+  auto done = [self, old, next] {
     // A successor of an earlier move is linked: its exit must not take the
     // coordinator with it.
     for (const auto& a : old) self->unlink_from(a);
     exit_all(old);
-    promise.deliver(ok_atom::value);
+    end_relocation(self, std::nullopt);
     next();
   };
   if (rebound.empty()) {
     done();
     return;
   }
+  auto missing = std::make_shared<size_t>(rebound.size());
   for (uint32_t w : rebound)
     self->request(workers[w], caf::infinite, rebind_atom::value, caches_of(w))
         .then(
-            [self, missing, done](ok_atom) mutable {
+            [self, missing, done](ok_atom) {
               if (self->state.failed) return;
               if (--*missing == 0) done();
             },
-            [self, promise, w](caf::error& err) mutable {
-              const std::string why =
-                  "telling worker " + std::to_string(w) +
-                  " its relocated cache tiers failed: " + describe(self->system(), err);
-              promise.deliver(caf::make_error(caf::sec::runtime_error, why));
-              fail(self, caf::make_error(caf::sec::runtime_error, why));
+            [self, w](caf::error& err) {
+              // fail() answers the relocation with this error (once).
+              fail(self, caf::make_error(caf::sec::runtime_error,
+                                         "telling worker " + std::to_string(w) +
+                                             " its relocated cache tiers failed: " +
+                                             describe(self->system(), err)));
             });
 }
 
@@ -137,9 +161,19 @@ caf::typed_response_promise<ok_atom> start_relocation(coordinator_pointer self,
   };
   if (s.failed) return refuse("training has failed");
   if (s.ended || !s.run) return refuse("training is not running");
+  if (s.ending) return refuse("training is ending (no cut comes any more)");
   if (!s.peers.relocations.spawn_cache || !s.peers.relocations.spawn_worker)
     return refuse("this cluster cannot spawn successors of workers and cache tiers");
-  if (s.relocation) return refuse("another relocation is waiting for the next cut");
+  if (s.relocation)
+    return refuse(s.relocation->started ? "another relocation is under way"
+                                        : "another relocation is waiting for the next cut");
+  if (s.scaling)
+    return refuse("a scale to " + std::to_string(s.scaling->next.shards()) +
+                  " shards is in progress");
+  if (s.mode == training_mode::async && round_grant(s) == 0 && !s.peers.workers.empty())
+    return refuse(
+        "async rounds run to the end of the data (checkpoint.round_batches: 0), so no cut comes "
+        "to move them at");
   auto check = [&](const std::vector<uint32_t>& indices, size_t count,
                    const std::string& kind) -> std::string {
     for (uint32_t i : indices) {
@@ -169,41 +203,36 @@ void relocate_at_cut(coordinator_pointer self, std::function<void()> next, bool 
     return;
   }
   if (final) {
-    auto job = std::move(*s.relocation);
-    s.relocation.reset();
-    job.promise.deliver(caf::make_error(
-        caf::sec::invalid_argument,
-        job.what + "training ended before the next cut (nothing moved; the end of training "
-                   "writes every cache tier back)"));
+    end_relocation(
+        self, caf::make_error(caf::sec::invalid_argument,
+                              s.relocation->what +
+                                  "training ended before the next cut (nothing moved; the end of "
+                                  "training writes every cache tier back)"));
     next();
     return;
   }
-  if (s.scaling) {  // a scale's copy runs: the relocation waits for a later cut
+  if (s.scaling) {  // a scale started meanwhile: the relocation waits for a later cut
     next();
     return;
   }
-  auto job = std::move(*s.relocation);
-  s.relocation.reset();
+  s.relocation->started = true;
   // Step 1: the leaving cache tiers write their dirty rows back.
-  auto missing = std::make_shared<size_t>(job.caches.size());
+  const auto leaving = s.relocation->caches;
+  auto missing = std::make_shared<size_t>(leaving.size());
   auto failure = std::make_shared<std::string>();
-  auto shared_job = std::make_shared<coordinator_state::relocation_job>(std::move(job));
-  auto written_back = [self, shared_job, failure, next] {
-    if (self->state.failed) return;
+  auto written_back = [self, failure, next] {
+    if (self->state.failed) return;  // fail() answered the relocation
     if (!failure->empty()) {
-      shared_job->promise.deliver(caf::make_error(
-          caf::sec::invalid_argument,
-          shared_job->what + *failure + " (the move is abandoned; training goes on where it was)"));
-      next();
+      abandon(self, *failure, next);
       return;
     }
-    swap_in_successors(self, std::move(*shared_job), next);
+    swap_in_successors(self, next);
   };
-  if (*missing == 0) {
+  if (leaving.empty()) {
     written_back();
     return;
   }
-  for (uint32_t c : shared_job->caches)
+  for (uint32_t c : leaving)
     self->request(s.peers.caches[c], caf::infinite, drain_atom::value)
         .then(
             [missing, written_back](ok_atom) {

@@ -253,6 +253,7 @@ void end_training(coordinator_pointer self) {
   // Clients' pushes end first; a scale in progress commits next, so the
   // final checkpoint and the drain see the new map; a relocation still
   // waiting is refused (the drain writes every cache tier back).
+  self->state.ending = true;
   after_client_pushes(self, [self] {
     at_cut(
         self,

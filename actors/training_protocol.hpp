@@ -79,12 +79,15 @@ struct cluster_status {
   uint32_t scaling_to = 0;  // target shard count of a scale in progress (0: none)
   uint32_t workers = 0;
   std::vector<caf::actor> caches;
+  // Workers and cache tiers a relocation replaced (a drain moved them to
+  // the coordinator's node), ascending.
+  std::vector<uint32_t> relocated_workers, relocated_caches;
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, cluster_status& x) {
   return f(caf::meta::type_name("cluster_status"), x.routing, x.state, x.batches, x.examples,
            x.recent_loss, x.passes, x.checkpoints, x.last_checkpoint, x.scaling_to, x.workers,
-           x.caches);
+           x.caches, x.relocated_workers, x.relocated_caches);
 }
 
 // A worker: one data stream and a model replica.
@@ -143,7 +146,9 @@ using coordinator_actor = caf::typed_actor<
     // same index, the listed workers get successors that resume their
     // streams at their positions (no example skipped or trained twice),
     // the other workers are told their new cache tiers, and the old actors
-    // are retired. Answers once done; refused during a scale.
+    // are retired. Answers once done. Refused during a scale, while another
+    // relocation waits or runs, when no cut comes (async rounds that run to
+    // the end) and once training ends.
     caf::replies_to<relocate_atom, std::vector<uint32_t>, std::vector<uint32_t>>::with<ok_atom>,
     // The cluster's state for the admin API.
     caf::replies_to<map_atom>::with<cluster_status>,

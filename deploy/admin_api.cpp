@@ -52,6 +52,16 @@ std::string quoted(const json& value) {
 }
 
 // The node of shard/cache `index` in a placement list (missing: the first node).
+// The manifest's placement with the coordinator's node (the first) for the
+// indices a drain relocated there.
+std::vector<std::string> homes_now(std::vector<std::string> placement,
+                                   const std::vector<uint32_t>& relocated,
+                                   const std::vector<admin_node>& nodes) {
+  for (uint32_t i : relocated)
+    if (i < placement.size() && !nodes.empty()) placement[i] = nodes.front().name;
+  return placement;
+}
+
 std::string node_of(const std::vector<std::string>& placement, size_t index,
                     const std::vector<admin_node>& nodes) {
   if (index < placement.size()) return placement[index];
@@ -112,11 +122,7 @@ bool same_token(const std::string& a, const std::string& b) {
 
 admin_api::admin_api(admin_config config, caf::actor_system& system,
                      actors::coordinator_actor coordinator)
-    : config_(std::move(config)),
-      system_(system),
-      coordinator_(std::move(coordinator)),
-      cache_homes_(config_.cache_nodes),
-      worker_homes_(config_.worker_nodes) {}
+    : config_(std::move(config)), system_(system), coordinator_(std::move(coordinator)) {}
 
 // Asks an actor and waits; errors come back as caf::error.
 template <class Reply, class Handle, class... Ts>
@@ -161,11 +167,7 @@ response admin_api::status(const request& req) {
     shards.push_back(std::move(shard));
   }
   json caches = json::array();
-  std::vector<std::string> cache_homes;
-  {
-    std::lock_guard lock(homes_mu_);
-    cache_homes = cache_homes_;
-  }
+  const auto cache_homes = homes_now(config_.cache_nodes, st->relocated_caches, config_.nodes);
   for (size_t i = 0; i < st->caches.size(); ++i) {
     auto [stats, cerr] = ask<actors::tier_stats>(
         caf::actor_cast<actors::cache_tier_actor>(st->caches[i]), actors::stats_atom::value);
@@ -358,11 +360,16 @@ response admin_api::drain(const request& req) {
   // Its workers and cache tiers first: at the next cut the cache tiers
   // write back and every one gets a successor on the coordinator's node
   // (the workers resume their streams where they stopped).
+  // (Where they are now: the coordinator knows which it relocated.)
   std::vector<uint32_t> worker_moves, cache_moves;
   {
-    std::lock_guard lock(homes_mu_);
-    indices_on(worker_homes_, node, &worker_moves);
-    indices_on(cache_homes_, node, &cache_moves);
+    auto [st, err] = ask<actors::cluster_status>(coordinator_, actors::map_atom::value);
+    if (!st)
+      return error_reply(req, http::status::service_unavailable, what + message_of(system_, err));
+    indices_on(homes_now(config_.worker_nodes, st->relocated_workers, config_.nodes), node,
+               &worker_moves);
+    indices_on(homes_now(config_.cache_nodes, st->relocated_caches, config_.nodes), node,
+               &cache_moves);
   }
   if (!worker_moves.empty() || !cache_moves.empty()) {
     auto [moved, err] =
@@ -372,9 +379,12 @@ response admin_api::drain(const request& req) {
                          err == caf::sec::invalid_argument ? http::status::conflict
                                                            : http::status::internal_server_error,
                          what + message_of(system_, err));
-    std::lock_guard lock(homes_mu_);
-    for (uint32_t w : worker_moves) worker_homes_[w] = config_.nodes.front().name;
-    for (uint32_t c : cache_moves) cache_homes_[c] = config_.nodes.front().name;
+    // A worker whose data had ended stays (nothing to resume): say what moved.
+    auto [st, serr] = ask<actors::cluster_status>(coordinator_, actors::map_atom::value);
+    if (st)
+      std::erase_if(worker_moves, [&](uint32_t w) {
+        return !std::binary_search(st->relocated_workers.begin(), st->relocated_workers.end(), w);
+      });
   }
   const std::vector<std::string> homes =
       config_.current_shard_nodes ? config_.current_shard_nodes() : config_.shard_nodes;

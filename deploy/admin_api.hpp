@@ -51,10 +51,6 @@ class admin_api {
   admin_config config_;
   caf::actor_system& system_;
   actors::coordinator_actor coordinator_;
-  // Where each cache tier and worker lives now: the manifest's placement,
-  // then the coordinator's node for those a drain relocated.
-  std::mutex homes_mu_;
-  std::vector<std::string> cache_homes_, worker_homes_;
 };
 
 }  // namespace strata::deploy

@@ -247,6 +247,10 @@ caf::behavior dense_relay(caf::event_based_actor* self, std::shared_ptr<node_bri
 // progress reports come here and go back to the runner's node as
 // worker_progress frames, before the run's reply (same relay, same peer
 // sequence).
+// Cache tiers a worker_rebind may name: far above any cluster's, low
+// enough that a frame cannot make a node build proxies without bound.
+constexpr size_t max_rebind_caches = 4096;
+
 caf::behavior worker_relay(caf::event_based_actor* self, std::shared_ptr<node_bridge> bridge,
                            actors::worker_actor worker, uint32_t target,
                            std::shared_ptr<actor_directory> caches) {
@@ -269,8 +273,23 @@ caf::behavior worker_relay(caf::event_based_actor* self, std::shared_ptr<node_br
               relay<actor_stats>(self, bridge, f, worker, stats_atom::value);
             break;
           case frame_type::worker_rebind: {
+            // Only the node that runs this worker (its coordinator's) may
+            // tell it its cache tiers; a worker has a handful of them.
+            if (runner->empty() || f->peer != *runner) {
+              reply_error(b, *f,
+                          "node '" + b.name() + "': worker_rebind from node '" + f->peer +
+                              "', which does not run this worker");
+              break;
+            }
             std::vector<actor_ref> refs;
             if (!decode_request(b, *f, refs)) break;
+            if (refs.size() > max_rebind_caches) {
+              reply_error(b, *f,
+                          "node '" + b.name() + "': worker_rebind names " +
+                              std::to_string(refs.size()) + " cache tiers (at most " +
+                              std::to_string(max_rebind_caches) + ")");
+              break;
+            }
             auto handles = actors_of(*caches, refs);
             if (!handles) {
               reply_error(

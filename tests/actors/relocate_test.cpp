@@ -172,9 +172,10 @@ INSTANTIATE_TEST_SUITE_P(Modes, RelocateBitExact,
 
 // A worker's successor that cannot open its stream (injected: the source
 // fails for a stream resumed past its start) abandons the move before the
-// swap: the request gets the error naming the worker and its position, the
-// cache tier successor spawned before it is retired, the old actors keep
-// training, and every key still holds its exact sum.
+// swap: the request gets the error naming the worker and its position,
+// cache tier 1 is still the first one (its successor, spawned before the
+// worker's, was not swapped in), the old actors keep training, and every
+// key still holds its exact sum.
 TEST(RelocateFailure, ASuccessorThatCannotStartAbandonsTheMove) {
   constexpr uint32_t workers = 2;
   constexpr uint64_t batches = 30;
@@ -242,9 +243,38 @@ TEST(RelocateRefusals, AreNamed) {
   auto first = ds.ask<ok_atom>(cluster->coordinator, relocate_atom::value, std::vector<uint32_t>{0},
                                std::vector<uint32_t>{});
   EXPECT_NE(ask({1}, {}).find("another relocation is waiting for the next cut"), std::string::npos);
-  ds.run_until([&] { return run->done(); });
-  EXPECT_TRUE(first->done());
+  ds.run_until([&] { return first->done(); });
   EXPECT_FALSE(first->error) << text_of(ds, first->error);
+  // While a scale copies partitions, no relocation starts.
+  auto scaled = ds.ask<scale_result>(cluster->coordinator, scale_atom::value, uint32_t{3});
+  EXPECT_NE(ask({1}, {}).find("a scale to 3 shards is in progress"), std::string::npos);
+  ds.run_until([&] { return run->done(); });
+  EXPECT_TRUE(scaled->done());
+  EXPECT_FALSE(run->error) << text_of(ds, run->error);
+  EXPECT_NE(ask({1}, {}).find("training is not running"), std::string::npos);
+  cluster->stop();
+  ds.drain_jobs();
+}
+
+// Async rounds that run to the end of the data have no cut to move at:
+// refused at once instead of waiting for the end.
+TEST(RelocateRefusals, NoCutComesWhenAsyncRoundsRunToTheEnd) {
+  temp_dir dir;
+  auto config = scaling_cluster(training_mode::async, dir.path(), 2, 2, optimizer_kind::sgd);
+  config.checkpoint.round_batches = 0;
+  auto bad_rows = std::make_shared<uint64_t>(0);
+  deterministic_system ds;
+  auto cluster = spawn_training_cluster(ds.system(), config, seams_for(20, bad_rows));
+  ASSERT_TRUE(cluster) << cluster.err().to_string();
+  auto run = ds.ask<training_summary>(cluster->coordinator, run_atom::value);
+  auto moved = ds.ask<ok_atom>(cluster->coordinator, relocate_atom::value, std::vector<uint32_t>{1},
+                               std::vector<uint32_t>{});
+  ds.run_until([&] { return moved->done(); });
+  EXPECT_NE(text_of(ds, moved->error)
+                .find("async rounds run to the end of the data (checkpoint.round_batches: 0)"),
+            std::string::npos)
+      << text_of(ds, moved->error);
+  ds.run_until([&] { return run->done(); });
   EXPECT_FALSE(run->error) << text_of(ds, run->error);
   cluster->stop();
   ds.drain_jobs();

@@ -206,7 +206,10 @@ void drain_worker_and_cache_node(bool pass) {
   EXPECT_EQ(st["caches"][2]["node"], "n0") << st.dump();
   EXPECT_EQ(st["caches"][2]["health"], "ok") << st.dump();
   EXPECT_EQ(c.health("n2"), "left (drained)");
-  if (c.launch().running()) {
+  // (Under ASan the one-epoch run may end by itself meanwhile: then there
+  // is nothing more to see trained.)
+  const bool went_on = c.launch().running();
+  if (went_on) {
     const uint64_t before = st["training"]["examples"].get<uint64_t>();
     ASSERT_NO_FATAL_FAILURE(c.wait_for_more_training(before));
   }
@@ -218,8 +221,9 @@ void drain_worker_and_cache_node(bool pass) {
   for (auto p : positions) EXPECT_GT(p, 0u);
   uint64_t trained = 0;
   for (auto p : positions) trained += p;
-  EXPECT_GT(trained, st["training"]["batches"].get<uint64_t>())
-      << "no batch was trained after the drain";
+  if (went_on)
+    EXPECT_GT(trained, st["training"]["batches"].get<uint64_t>())
+        << "no batch was trained after the drain";
 }
 
 TEST(Drain, ANodeHostingAWorkerACacheTierAndAShardLeavesWithExactSums) {

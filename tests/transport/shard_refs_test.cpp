@@ -224,10 +224,11 @@ TEST(ShardRefs, ARefToAnUnknownNodeOrTargetIsAnErrorNamingIt) {
   EXPECT_TRUE(stats);
 }
 
-// A worker on b (a stand-in that keeps what it is told) is told its cache
-// tiers from a: one exported on a, one exported on b (a's proxy of it).
-// b maps them to a proxy of a's and to its own, which answer; refs b
-// cannot map, and a cache tier a cannot name, are errors naming them.
+// A worker on b (a stand-in that keeps what it is told) run by a is told
+// its cache tiers from a: one exported on a, one exported on b (a's proxy
+// of it). b maps them to a proxy of a's and to its own, which answer;
+// refs b cannot map, too many refs, a rebind before a ran the worker, and
+// a cache tier a cannot name are errors naming them.
 TEST(CacheRefs, AWorkerIsToldItsCacheTiersAcrossNodesAndHostileRefsAreRefused) {
   temp_dir dir;
   two_nodes n(dir.path());
@@ -261,6 +262,18 @@ TEST(CacheRefs, AWorkerIsToldItsCacheTiersAcrossNodesAndHostileRefsAreRefused) {
   n.b->export_worker(worker_target, worker);
   auto proxy = n.a->remote_worker("b", worker_target);
 
+  // Only the node that runs the worker may tell it its cache tiers.
+  auto r = n.ask_b(frame_type::worker_rebind,
+                   encode_payload(std::vector<actor_ref>{actor_ref{"b", cache_target_b}}),
+                   worker_target);
+  EXPECT_NE(error_text(r).find("node 'b': worker_rebind from node 'a', which does not run this "
+                               "worker"),
+            std::string::npos)
+      << error_text(r);
+  auto ran =
+      n.call<actors::worker_result>(proxy, actors::run_atom::value, uint64_t{1}, uint64_t{1});
+  ASSERT_TRUE(ran) << ran.err().to_string();
+
   auto ok = n.call<actors::ok_atom>(
       proxy, actors::rebind_atom::value,
       std::vector<actors::cache_tier_actor>{cache_a, n.a->remote_cache("b", cache_target_b)});
@@ -270,7 +283,7 @@ TEST(CacheRefs, AWorkerIsToldItsCacheTiersAcrossNodesAndHostileRefsAreRefused) {
   const auto caches = future.get();
   ASSERT_EQ(caches.size(), 2u);
   EXPECT_EQ(caches[1], cache_b) << "b's own cache tier should be the exported actor itself";
-  EXPECT_NE(caches[0], cache_a) << "a's cache tier should reach b's worker as a proxy";
+  // a's cache tier reaches b's worker as a proxy that answers for it.
   auto stats = n.call<actors::tier_stats>(caches[0], actors::stats_atom::value);
   ASSERT_TRUE(stats) << stats.err().to_string();
   EXPECT_EQ(stats->index, 0u) << "the proxy should reach a's cache tier 0";
@@ -288,9 +301,9 @@ TEST(CacheRefs, AWorkerIsToldItsCacheTiersAcrossNodesAndHostileRefsAreRefused) {
       << refused.err().message();
 
   // Hostile refs in a raw frame: b names what it cannot map.
-  auto r = n.ask_b(frame_type::worker_rebind,
-                   encode_payload(std::vector<actor_ref>{actor_ref{"nowhere", cache_target_a}}),
-                   worker_target);
+  r = n.ask_b(frame_type::worker_rebind,
+              encode_payload(std::vector<actor_ref>{actor_ref{"nowhere", cache_target_a}}),
+              worker_target);
   ASSERT_EQ(r.header.type, frame_type::reply_error);
   EXPECT_NE(error_text(r).find("node 'b': bad worker_rebind payload: node 'b': a cache tier on "
                                "unknown node 'nowhere' (target 131072; peers: a)"),
@@ -304,6 +317,13 @@ TEST(CacheRefs, AWorkerIsToldItsCacheTiersAcrossNodesAndHostileRefsAreRefused) {
   r = n.ask_b(frame_type::worker_rebind,
               encode_payload(std::vector<actor_ref>{actor_ref{"b", target_b}}), worker_target);
   EXPECT_NE(error_text(r).find("node 'b' exports no cache tier as target 65537"), std::string::npos)
+      << error_text(r);
+  // More cache tiers than any cluster has: refused before any is mapped.
+  r = n.ask_b(frame_type::worker_rebind,
+              encode_payload(std::vector<actor_ref>(5000, actor_ref{"a", cache_target_a})),
+              worker_target);
+  EXPECT_NE(error_text(r).find("worker_rebind names 5000 cache tiers (at most 4096)"),
+            std::string::npos)
       << error_text(r);
   // Sent to a shard, the frame is refused as not its kind.
   r = n.ask_b(frame_type::worker_rebind,
