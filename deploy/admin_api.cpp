@@ -380,11 +380,13 @@ response admin_api::drain(const request& req) {
                                                            : http::status::internal_server_error,
                          what + message_of(system_, err));
     // A worker whose data had ended stays (nothing to resume): say what moved.
-    auto [st, serr] = ask<actors::cluster_status>(coordinator_, actors::map_atom::value);
-    if (st)
-      std::erase_if(worker_moves, [&](uint32_t w) {
-        return !std::binary_search(st->relocated_workers.begin(), st->relocated_workers.end(), w);
+    auto [after, serr] = ask<actors::cluster_status>(coordinator_, actors::map_atom::value);
+    if (after) {
+      const std::vector<uint32_t>& relocated = after->relocated_workers;
+      std::erase_if(worker_moves, [&relocated](uint32_t w) {
+        return !std::binary_search(relocated.begin(), relocated.end(), w);
       });
+    }
   }
   const std::vector<std::string> homes =
       config_.current_shard_nodes ? config_.current_shard_nodes() : config_.shard_nodes;
